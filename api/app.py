@@ -1,0 +1,28 @@
+"""Builds the FastAPI app around a Ledger handed in by the composition root."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.types import Lifespan
+
+from api import errors
+from api.routers import inventory, leases
+from api.schemas import Health
+from poold import __version__
+from poold.ledger.ledger import Ledger
+
+
+def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
+    """`lifespan` lets the composition root run its background tasks with the server."""
+    app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
+                  description="Lease CXL and DAX memory for KV-cache offload.")
+    app.state.ledger = ledger
+    errors.install(app)
+    app.include_router(leases.router)
+    app.include_router(inventory.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> Health:
+        return Health(status="ok", host=ledger.host_id, version=__version__)
+
+    return app

@@ -1,0 +1,39 @@
+"""/v1/devices, /v1/pools and /v1/events: what the pool holds and what happened to it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import LedgerDep
+from api.errors import ERROR_RESPONSES
+from api.schemas import Device, Event, Pool
+from poold.ledger import reads
+
+router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES)
+
+
+@router.get("/devices")
+def list_devices(ledger: LedgerDep) -> list[Device]:
+    return [Device.model_validate(asdict(d)) for d in ledger.read(reads.devices)]
+
+
+@router.get("/pools")
+def list_pools(ledger: LedgerDep) -> list[Pool]:
+    return [Pool.model_validate(asdict(p)) for p in ledger.read(reads.pools)]
+
+
+@router.get("/events")
+def list_events(
+    ledger: LedgerDep,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    lease_id: Annotated[str | None, Query(max_length=64)] = None,
+    kind: Annotated[str | None, Query(max_length=32)] = None,
+) -> list[Event]:
+    """Newest first; `after_id` returns only events newer than that id (for polling)."""
+    found = ledger.read(lambda s, _now: reads.events(s, limit=limit, after_id=after_id,
+                                                     lease_id=lease_id, kind=kind))
+    return [Event.model_validate(asdict(e)) for e in found]

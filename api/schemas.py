@@ -1,0 +1,114 @@
+"""Wire schemas of the REST API, shared with the client SDK.
+
+Requests are strict: sizes and TTLs must be JSON integers (not strings, floats or booleans),
+unknown fields are refused, every string and map is bounded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from poold.types import MAX_BYTES, LeaseState
+
+Label = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class LeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    size: Annotated[StrictInt, Field(gt=0, le=MAX_BYTES, description="Bytes; rounded up to align.")]
+    pool: Annotated[str | None, Field(max_length=128)] = None
+    ttl_s: Annotated[StrictInt | None, Field(gt=0, le=10 * 365 * 86_400)] = None
+    labels: Annotated[dict[Label, Label], Field(max_length=64)] = Field(default_factory=dict)
+    idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None
+    device: Annotated[str | None, Field(max_length=128, description="Devname hint.")] = None
+    numa_node: Annotated[StrictInt | None, Field(ge=0, le=65_535)] = None
+
+
+class KeepaliveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_s: Annotated[StrictInt | None, Field(gt=0, le=10 * 365 * 86_400)] = None
+
+
+class Lease(BaseModel):
+    """Everything a client needs to map its memory: chardev, offset, length, align."""
+
+    id: str
+    pool: str
+    host: str
+    tenant: str | None
+    device: str
+    device_id: int
+    chardev: str
+    offset: int
+    length: int
+    align: int
+    generation: int
+    ttl_s: int
+    granted_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: LeaseState
+    labels: dict[str, str]
+    idempotency_key: str | None
+
+
+class Device(BaseModel):
+    id: int
+    uid: str
+    devname: str
+    kind: str
+    chardev: str
+    pool: str
+    host: str | None
+    size: int
+    align: int
+    numa_node: int | None
+    state: str
+    claimed_bytes: int
+    leased_bytes: int
+    free_bytes: int
+    live_leases: int
+
+
+class Pool(BaseModel):
+    id: int
+    name: str
+    devices: int
+    size: int
+    claimed_bytes: int
+    leased_bytes: int
+    free_bytes: int
+    available_bytes: int
+    live_leases: int
+    claim_slice: int
+    default_ttl_s: int
+    max_ttl_s: int
+    max_lease_size: int | None
+    scrub_on_release: bool
+
+
+class Event(BaseModel):
+    id: int
+    at: datetime
+    kind: str
+    actor: str
+    host: str | None
+    device_id: int | None
+    lease_id: str | None
+    details: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: str
+    host: str
+    version: str
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="The error class, e.g. NoCapacity; the SDK raises the same.")
+    detail: Any

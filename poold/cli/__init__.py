@@ -1,0 +1,1 @@
+"""The `poold` command line (entry point `poold.cli.main:main`)."""

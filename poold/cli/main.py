@@ -1,0 +1,168 @@
+"""`poold`: serve, list, lease, fsck, db. Subcommands print JSON with the API's keys.
+
+Commands that act on a running daemon (list, lease) talk to its API; commands that act on the
+ledger itself (fsck, db) open it directly with the same settings as `serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from poold import db, errors
+from poold.cli.output import print_json, print_table
+from poold.client.http import PooldClient
+from poold.config import Settings, load_settings
+from poold.ledger.clock import DatabaseClock
+from poold.ledger.fsck import fsck
+from poold.types import parse_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except errors.PooldError as exc:
+        json.dump({"error": type(exc).__name__, "detail": exc.detail}, sys.stderr)
+        sys.stderr.write("\n")
+        return 1
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"poold: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="poold", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the daemon")
+    _ledger_options(serve)
+    serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:7077)")
+    serve.add_argument("--emulate", type=parse_size, metavar="SIZE",
+                       help="add an emulated device of SIZE (e.g. 1GiB)")
+    serve.add_argument("--host-id", help="this host's id in the ledger")
+    serve.set_defaults(func=_serve)
+
+    list_ = sub.add_parser("list", help="list devices, pools or leases")
+    list_.add_argument("what", choices=["devices", "pools", "leases"])
+    list_.add_argument("--state", help="leases only: active, released, expired, revoked, lost")
+    list_.add_argument("--pool", help="leases only: in this pool")
+    _api_options(list_)
+    list_.add_argument("--human", action="store_true", help="a table instead of JSON")
+    list_.set_defaults(func=_list)
+
+    lease = sub.add_parser("lease", help="acquire or release a lease").add_subparsers(
+        required=True, metavar="ACTION")
+    acquire = lease.add_parser("acquire", help="grant a lease and print it")
+    acquire.add_argument("size", type=parse_size, help="bytes or e.g. 64MiB")
+    acquire.add_argument("--ttl", type=int, help="seconds without keepalive before expiry")
+    acquire.add_argument("--pool")
+    _api_options(acquire)
+    acquire.set_defaults(func=_acquire)
+    for action, helptext in (("release", "release a lease"), ("keepalive", "renew a lease")):
+        cmd = lease.add_parser(action, help=helptext)
+        cmd.add_argument("id")
+        _api_options(cmd)
+        cmd.set_defaults(func=_lease_action, action=action)
+
+    check = sub.add_parser("fsck", help="check the ledger's invariants; exit 1 on a violation")
+    _ledger_options(check)
+    check.set_defaults(func=_fsck)
+
+    database = sub.add_parser("db", help="ledger schema").add_subparsers(required=True,
+                                                                        metavar="ACTION")
+    upgrade = database.add_parser("upgrade", help="migrate the ledger to the newest schema")
+    _ledger_options(upgrade)
+    upgrade.set_defaults(func=_db_upgrade)
+    return parser
+
+
+def _ledger_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML config file")
+    parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--database-url", help="SQLAlchemy URL; default SQLite in --state-dir")
+
+
+def _api_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="daemon URL (default from the config's listen)")
+    parser.add_argument("--config", type=Path, help="TOML config file")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return load_settings(args.config, state_dir=getattr(args, "state_dir", None),
+                         database_url=getattr(args, "database_url", None), **extra)
+
+
+def _client(args: argparse.Namespace) -> PooldClient:
+    url = args.url or f"http://{_settings(args).listen}"
+    return PooldClient(url)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from poold.daemon import Daemon  # the daemon pulls in uvicorn: only for `serve`
+
+    settings = _settings(args, listen=args.listen, emulate_size=args.emulate,
+                         host_id=args.host_id)
+    logging.basicConfig(level=settings.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    Daemon(settings).serve()
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.what == "leases":
+            params = {k: v for k, v in (("state", args.state), ("pool", args.pool)) if v}
+            rows = client.raw("GET", "/v1/leases", params=params)
+        else:
+            rows = client.raw("GET", f"/v1/{args.what}")
+    if args.human:
+        print_table(args.what, rows)
+    else:
+        print_json(rows)
+    return 0
+
+
+def _acquire(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print_json(client.grant(args.size, ttl_s=args.ttl, pool=args.pool).model_dump(mode="json"))
+    return 0
+
+
+def _lease_action(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.release(args.id) if args.action == "release" else client.keepalive(args.id)
+        print_json(info.model_dump(mode="json"))
+    return 0
+
+
+def _fsck(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    engine = db.make_engine(settings.ledger_url, writer=False)
+    try:
+        with Session(engine) as session, session.begin():
+            report = fsck(session, DatabaseClock().now(session))
+    finally:
+        engine.dispose()
+    print_json({"clean": report.clean, "violations": report.violations,
+                "warnings": report.warnings, "devices": report.devices,
+                "claims": report.claims, "leases": report.leases})
+    return 0 if report.clean else 1
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade(settings.ledger_url)
+    print_json({"upgraded": True, "ledger": settings.ledger_url.split("@")[-1]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Lease: one granted lease on the client side, kept alive in the background.
+
+The keepalive thread renews at a third of the TTL. If the daemon says the lease expired, was
+revoked or is unknown, or the daemon stays unreachable until the lease's own expiry, the lease is
+marked lost: `check()` raises LeaseLost and the holder must stop touching the memory.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from api.schemas import Lease as LeaseInfo
+from poold import errors
+from poold.client.mapping import Mapping
+
+if TYPE_CHECKING:
+    from poold.client.http import PooldClient
+
+
+class Lease:
+    def __init__(self, client: PooldClient, info: LeaseInfo, *, keepalive: bool = True) -> None:
+        self._client = client
+        self.info = info
+        self.lost_reason: str | None = None
+        self._mappings: list[Mapping] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if keepalive:
+            self._thread = threading.Thread(target=self._keepalive, daemon=True,
+                                            name=f"poold-keepalive-{info.id[:8]}")
+            self._thread.start()
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def check(self) -> None:
+        if self.lost_reason is not None:
+            raise errors.LeaseLost(f"lease {self.id} lost: {self.lost_reason}")
+
+    def map(self, *, prefault: bool = True) -> Mapping:
+        """Map exactly the leased extent (MAP_SHARED, pre-faulted)."""
+        self.check()
+        mapping = Mapping(self.info.chardev, self.info.offset, self.info.length, self.info.align,
+                          prefault=prefault)
+        self._mappings.append(mapping)
+        return mapping
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        for mapping in self._mappings:
+            mapping.close()
+        self._mappings.clear()
+        self.info = self._client.release(self.id)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def _keepalive(self) -> None:
+        period = max(self.info.ttl_s / 3, 0.05)
+        deadline = time.monotonic() + self.info.ttl_s
+        while not self._stop.wait(period):
+            try:
+                self.info = self._client.keepalive(self.id)
+                deadline = time.monotonic() + self.info.ttl_s
+            except errors.TransportError as exc:
+                if time.monotonic() >= deadline:
+                    self.lost_reason = f"daemon unreachable until expiry ({exc})"
+                    return
+            except errors.PooldError as exc:
+                self.lost_reason = f"{type(exc).__name__}: {exc.detail}"
+                return

@@ -1,0 +1,157 @@
+"""The one Settings object: every knob of the daemon, its unit, and why its default.
+
+Sources, strongest first: values given by the CLI, `POOLD_*` environment variables, the TOML config
+file (`--config`, else /etc/poold/poold.toml when it exists), the defaults below. Nothing else in
+poold reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from poold.types import DEFAULT_ALIGN, GiB, parse_size
+
+DEFAULT_CONFIG_FILE = Path("/etc/poold/poold.toml")
+_config_file: ContextVar[Path | None] = ContextVar("poold_config_file", default=None)
+
+
+def _bytes(value: Any) -> Any:
+    """Let sizes be written as "1GiB" in TOML and the environment."""
+    return parse_size(value) if isinstance(value, str) else value
+
+
+Bytes = Annotated[int, BeforeValidator(_bytes)]
+
+
+def _default_state_dir() -> Path:
+    # root runs as the system service (systemd's StateDirectory); anyone else gets a per-user dir.
+    if os.geteuid() == 0:
+        return Path("/var/lib/poold")
+    return Path.home() / ".local" / "state" / "poold"
+
+
+def _machine_id() -> str:
+    try:
+        return Path("/etc/machine-id").read_text().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="POOLD_", extra="forbid")
+
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="Directory for the SQLite ledger and emulated backing files when no tmpfs.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the ledger. None: SQLite at <state_dir>/ledger.sqlite3. "
+        "Use postgresql+psycopg://... when several hosts share a pool.",
+    )
+    listen: str = Field(
+        default="127.0.0.1:7077",
+        description="HOST:PORT of the HTTP API. Loopback by default: the API grants memory.",
+    )
+    host_id: str = Field(
+        default_factory=_machine_id,
+        description="Identity of this host in the ledger; /etc/machine-id so it survives renames.",
+    )
+    host_name: str = Field(default_factory=socket.gethostname, description="Display name.")
+    emulate_size: Bytes | None = Field(
+        default=None,
+        description="Bytes of an emulated, file-backed device to add (machines without CXL).",
+    )
+    emulate_dir: Path | None = Field(
+        default=None,
+        description="Where the emulated backing file lives. None: /dev/shm (tmpfs, so mapping it "
+        "is memory speed), else state_dir.",
+    )
+    emulate_align: Bytes = Field(
+        default=DEFAULT_ALIGN,
+        description="Alignment of the emulated device in bytes: 2 MiB, like devdax on x86-64.",
+    )
+    default_pool: str = Field(default="default", description="Pool that new devices join.")
+    default_ttl_s: int = Field(
+        default=60, gt=0, description="Seconds a lease lives without keepalive when none is asked."
+    )
+    max_ttl_s: int = Field(
+        default=86_400, gt=0, description="Longest TTL a client may ask for, in seconds (a day)."
+    )
+    claim_slice: Bytes = Field(
+        default=GiB,
+        ge=0,
+        description="Bytes a host claims from a device at a time; 0 claims whole devices. Coarse "
+        "so claims stay rare, fine enough that hosts sharing a device do not strand it.",
+    )
+    reap_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds between reaper passes; an expired lease is finalised within one.",
+    )
+    sqlite_synchronous: str = Field(
+        default="FULL",
+        pattern="^(FULL|NORMAL)$",
+        description="FULL fsyncs every commit so an acknowledged grant survives power loss; group "
+        "commit makes that cheap. NORMAL survives process crashes only.",
+    )
+    commit_batch_max: int = Field(
+        default=256,
+        gt=0,
+        description="Most ledger commands folded into one transaction by the writer.",
+    )
+    log_level: str = Field(default="INFO", description="Python logging level name.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = _config_file.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+    @property
+    def ledger_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.state_dir / 'ledger.sqlite3'}"
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0] or "127.0.0.1"
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from CLI overrides (None values ignored), environment and config file."""
+    if config_file is None and DEFAULT_CONFIG_FILE.is_file():
+        config_file = DEFAULT_CONFIG_FILE
+    if config_file is not None and not config_file.is_file():
+        raise FileNotFoundError(f"config file {config_file} does not exist")
+    token = _config_file.set(config_file)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    finally:
+        _config_file.reset(token)

@@ -1,0 +1,74 @@
+"""Engines, connection settings and schema upgrades for both dialects.
+
+Owns how poold talks to SQLite and PostgreSQL: PRAGMAs, the writer's BEGIN IMMEDIATE, pool sizes,
+and running Alembic. Leaves every query to `poold.ledger.repository`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def make_engine(url: str, *, writer: bool, synchronous: str = "FULL") -> Engine:
+    """An engine for the ledger.
+
+    The writer engine takes SQLite's write lock at BEGIN (BEGIN IMMEDIATE) so a transaction never
+    fails half-way on lock upgrade; readers begin deferred and read a WAL snapshot.
+    """
+    if not is_sqlite(url):
+        return create_engine(url, pool_pre_ping=True, pool_size=5 if writer else 10)
+    path = make_url(url).database
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    _configure_sqlite(engine, writer=writer, synchronous=synchronous)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, writer: bool, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        # Let SQLAlchemy's begin event, not pysqlite, decide when transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # WAL: readers never block the writer and a crash loses no committed transaction.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: fsync at every commit, so an acknowledged grant survives power loss.
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        # The schema's foreign keys are part of the invariants; SQLite ignores them by default.
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # Wait for a competing writer (poold fsck, a second daemon) instead of failing at once.
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(files("migrations")))
+    # '%' is interpolation syntax in Alembic's ini parser.
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)

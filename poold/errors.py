@@ -1,0 +1,84 @@
+"""The one error tree of poold.
+
+Domain code raises these; `api.errors` maps each class to an HTTP status and renders
+`{"error": ClassName, "detail": ...}`; the SDK rebuilds the same class from that name. Add a class
+here and a row in `api/errors.py` together.
+"""
+
+from __future__ import annotations
+
+
+class PooldError(Exception):
+    """Base of every error poold raises on purpose."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidRequest(PooldError):
+    """The request is well-formed JSON but asks for something impossible (bad size, TTL...)."""
+
+
+class NotFound(PooldError):
+    """Base for unknown objects."""
+
+
+class UnknownLease(NotFound):
+    pass
+
+
+class UnknownPool(NotFound):
+    pass
+
+
+class UnknownDevice(NotFound):
+    pass
+
+
+class Conflict(PooldError):
+    """Base for requests that clash with the ledger's current state."""
+
+
+class LeaseNotActive(Conflict):
+    """The lease was released, revoked or lost; it cannot be renewed."""
+
+
+class LeaseExpired(Conflict):
+    """The lease passed expires_at by the ledger's clock."""
+
+
+class IdempotencyConflict(Conflict):
+    """An idempotency key was reused with a different request."""
+
+
+class LeaseTooLarge(InvalidRequest):
+    """No device in the pool (or the pool's policy) could ever hold a lease this large."""
+
+
+class NoCapacity(PooldError):
+    """Nothing free right now is large enough; retrying later may succeed."""
+
+
+class LedgerUnavailable(PooldError):
+    """The ledger database cannot be reached or refused the write."""
+
+
+class DriverError(PooldError):
+    """A kernel or backing-file operation failed; the detail names the path."""
+
+
+class ClientError(PooldError):
+    """Raised by the SDK for local failures (transport, mapping)."""
+
+
+class MisalignedExtent(ClientError):
+    """The extent to map is not a multiple of the device alignment."""
+
+
+class TransportError(ClientError):
+    """The daemon could not be reached."""
+
+
+class LeaseLost(ClientError):
+    """The SDK could not keep the lease alive; the memory must no longer be used."""

@@ -1,0 +1,43 @@
+"""The ledger's clock: every expiry is judged by it, never by a client's or a host's clock.
+
+On PostgreSQL that is the database server's clock (shared by every host). A SQLite ledger lives
+on this host, so the host clock is the ledger's clock. Tests inject `ManualClock` at this seam.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+
+class LedgerClock(Protocol):
+    def now(self, session: Session) -> datetime: ...
+
+
+class DatabaseClock:
+    def now(self, session: Session) -> datetime:
+        if session.get_bind().dialect.name == "postgresql":
+            value = session.execute(select(func.clock_timestamp())).scalar_one()
+            assert isinstance(value, datetime)
+            return value.astimezone(UTC)
+        return datetime.now(UTC)
+
+
+class ManualClock:
+    """A clock that moves only when told to; for tests of expiry."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._lock = threading.Lock()
+
+    def now(self, session: Session | None = None) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)

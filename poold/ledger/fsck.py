@@ -1,0 +1,110 @@
+"""`poold fsck`: check every DESIGN.md invariant against the ledger as it is on disk.
+
+Read-only. Returns a list of violations (empty means clean) so the CLI and the tests share it.
+Invariant 5 (an expired lease is never reported valid) is a property of every read, tested at the
+API; here a lease still active long past expiry is only a warning, since the reaper may simply not
+be running (the daemon is stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+
+from sqlalchemy.orm import Session
+
+from poold.ledger import repository as repo
+from poold.models import Claim, Device, Lease
+from poold.types import ClaimState, EventKind, LeaseState
+
+# Which event must exist for a lease in each state (invariant 7).
+_EVENT_FOR_STATE = {
+    LeaseState.RELEASED: EventKind.LEASE_RELEASED,
+    LeaseState.EXPIRED: EventKind.LEASE_EXPIRED,
+    LeaseState.REVOKED: EventKind.LEASE_REVOKED,
+}
+
+
+@dataclass(slots=True)
+class FsckReport:
+    violations: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    devices: int = 0
+    claims: int = 0
+    leases: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.violations
+
+
+def fsck(session: Session, now: datetime) -> FsckReport:
+    report = FsckReport()
+    devices = repo.devices_by_id(session)
+    claims = [c for c in repo.all_claims(session) if c.state == ClaimState.ACTIVE]
+    leases = repo.all_leases(session)
+    live = [x for x in leases if x.state == LeaseState.ACTIVE]
+    report.devices, report.claims, report.leases = len(devices), len(claims), len(live)
+    _check_extents(report, devices, "claim", claims)
+    _check_extents(report, devices, "lease", live)
+    _check_leases_inside_claims(report, live, {c.id: c for c in claims})
+    _check_events(report, session, leases)
+    for lease in live:
+        if lease.expires_at <= now:
+            report.warnings.append(f"lease {lease.id} expired at {lease.expires_at} "
+                                   "and is not finalised yet (is the daemon running?)")
+    return report
+
+
+def _check_extents(report: FsckReport, devices: dict[int, Device], what: str,
+                   extents: Sequence[Claim | Lease]) -> None:
+    """Invariants 1, 3 and 4: aligned, inside the device, no overlap."""
+    by_device: dict[int, list[Claim | Lease]] = {}
+    for x in extents:
+        device = devices.get(x.device_id)
+        if device is None:
+            report.violations.append(f"{what} {x.id} names unknown device {x.device_id}")
+            continue
+        if x.offset % device.align or x.length % device.align or x.length <= 0:
+            report.violations.append(f"{what} {x.id} [{x.offset}, +{x.length}) is not aligned "
+                                     f"to {device.align} on {device.devname}")
+        if x.offset < 0 or x.offset + x.length > device.size:
+            report.violations.append(f"{what} {x.id} [{x.offset}, +{x.length}) lies outside "
+                                     f"{device.devname} of size {device.size}")
+        by_device.setdefault(x.device_id, []).append(x)
+    for device_id, items in by_device.items():
+        items.sort(key=lambda x: x.offset)
+        for a, b in pairwise(items):
+            if a.offset + a.length > b.offset:
+                report.violations.append(f"live {what}s {a.id} and {b.id} overlap on device "
+                                         f"{devices[device_id].devname}")
+
+
+def _check_leases_inside_claims(report: FsckReport, live: list[Lease],
+                                claims: dict[int, Claim]) -> None:
+    """Invariant 2: every live lease lies inside a live claim of its own host."""
+    for lease in live:
+        claim = claims.get(lease.claim_id)
+        if claim is None:
+            report.violations.append(f"lease {lease.id} lies in claim {lease.claim_id}, "
+                                     "which is not live")
+        elif claim.host_id != lease.host_id or claim.device_id != lease.device_id:
+            report.violations.append(f"lease {lease.id} of host {lease.host_id} lies in claim "
+                                     f"{claim.id} of host {claim.host_id}")
+        elif not (claim.offset <= lease.offset
+                  and lease.offset + lease.length <= claim.offset + claim.length):
+            report.violations.append(f"lease {lease.id} sticks out of claim {claim.id}")
+
+
+def _check_events(report: FsckReport, session: Session, leases: Sequence[Lease]) -> None:
+    """Invariant 7: each lease has its grant event and the event of the state it ended in."""
+    kinds = repo.events_for_leases(session)
+    for lease in leases:
+        have = kinds.get(lease.id, set())
+        if EventKind.LEASE_GRANTED not in have:
+            report.violations.append(f"lease {lease.id} has no {EventKind.LEASE_GRANTED} event")
+        needed = _EVENT_FOR_STATE.get(LeaseState(lease.state))
+        if needed is not None and needed not in have:
+            report.violations.append(f"lease {lease.id} is {lease.state} without a {needed} event")

@@ -1,0 +1,93 @@
+"""Read side of the ledger: snapshots for the API and CLI, judged by the ledger clock.
+
+Reads run on their own connections (WAL readers on SQLite) and never wait for the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from poold.errors import UnknownLease, UnknownPool
+from poold.ledger import repository as repo
+from poold.ledger.views import DeviceView, EventView, LeaseView, PoolView
+from poold.models import Claim, Device, Lease
+from poold.types import DeviceState, LeaseState
+
+
+def devices(session: Session, now: datetime) -> list[DeviceView]:
+    names = repo.pool_names(session)
+    claimed = repo.bytes_by_device(session, Claim, None)
+    leased = repo.bytes_by_device(session, Lease, now)
+    return [_device_view(d, names[d.pool_id], claimed, leased) for d in repo.list_devices(session)]
+
+
+def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
+                 leased: dict[int, tuple[int, int]]) -> DeviceView:
+    claimed_bytes = claimed.get(device.id, (0, 0))[0]
+    leased_bytes, live = leased.get(device.id, (0, 0))
+    return DeviceView(
+        id=device.id, uid=device.uid, devname=device.devname, kind=device.kind,
+        chardev=device.chardev, pool=pool, host=device.host_id, size=device.size,
+        align=device.align, numa_node=device.numa_node, state=device.state,
+        claimed_bytes=claimed_bytes, leased_bytes=leased_bytes,
+        free_bytes=device.size - claimed_bytes, live_leases=live,
+    )
+
+
+def pools(session: Session, now: datetime) -> list[PoolView]:
+    by_pool: dict[str, list[DeviceView]] = {}
+    for device in devices(session, now):
+        by_pool.setdefault(device.pool, []).append(device)
+    views = []
+    for pool in repo.list_pools(session):
+        # Missing devices hold no leasable bytes; their live extents are still reported.
+        members = by_pool.get(pool.name, [])
+        present = [d for d in members if d.state != DeviceState.MISSING]
+        size = sum(d.size for d in present)
+        claimed = sum(d.claimed_bytes for d in present)
+        leased = sum(d.leased_bytes for d in present)
+        views.append(PoolView(
+            id=pool.id, name=pool.name, devices=len(members), size=size, claimed_bytes=claimed,
+            leased_bytes=leased, free_bytes=size - claimed, available_bytes=size - leased,
+            live_leases=sum(d.live_leases for d in members), claim_slice=pool.claim_slice,
+            default_ttl_s=pool.default_ttl_s, max_ttl_s=pool.max_ttl_s,
+            max_lease_size=pool.max_lease_size, scrub_on_release=pool.scrub_on_release,
+        ))
+    return views
+
+
+def pool_id(session: Session, name: str) -> int:
+    pool = repo.get_pool_by_name(session, name)
+    if pool is None:
+        raise UnknownPool(f"no pool {name!r}")
+    return pool.id
+
+
+def lease(session: Session, lease_id: str, now: datetime) -> LeaseView:
+    found = repo.get_lease(session, lease_id)
+    if found is None:
+        raise UnknownLease(f"no lease {lease_id!r}")
+    return _lease_views(session, [found], now)[0]
+
+
+def leases(session: Session, now: datetime, *, state: LeaseState | None = None,
+           pool: str | None = None, limit: int = 1000) -> list[LeaseView]:
+    pid = pool_id(session, pool) if pool is not None else None
+    found = repo.list_leases(session, state=state, pool_id=pid, now=now, limit=limit)
+    return _lease_views(session, found, now)
+
+
+def _lease_views(session: Session, found: Sequence[Lease], now: datetime) -> list[LeaseView]:
+    devices_ = repo.devices_by_id(session)
+    names = repo.pool_names(session)
+    return [LeaseView.build(x, devices_[x.device_id], names[x.pool_id], now) for x in found]
+
+
+def events(session: Session, *, limit: int = 100, after_id: int | None = None,
+           lease_id: str | None = None, kind: str | None = None) -> list[EventView]:
+    found = repo.list_events(session, limit=limit, after_id=after_id, lease_id=lease_id,
+                             kind=kind)
+    return [EventView.build(e) for e in found]

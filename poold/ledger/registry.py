@@ -1,0 +1,114 @@
+"""Hosts, pools and devices in the ledger: registration at start and device reconciliation.
+
+Inventory says what devices exist now (`DeviceSpec`s); this module makes the ledger agree, with an
+event for every change. Devices of this host that no longer exist are marked missing, never
+deleted: their history and leases stay auditable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from poold.inventory import DeviceSpec
+from poold.ledger import repository as repo
+from poold.ledger.leases import Tx
+from poold.models import Device, Host, Pool
+from poold.types import DeviceState, EventKind, HostState
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    name: str
+    claim_slice: int
+    default_ttl_s: int
+    max_ttl_s: int
+    max_lease_size: int | None = None
+    scrub_on_release: bool = False
+
+
+def register_host(tx: Tx, name: str) -> None:
+    host = repo.get_host(tx.session, tx.host_id)
+    if host is None:
+        tx.session.add(Host(id=tx.host_id, name=name, state=HostState.UP, registered_at=tx.now,
+                            last_seen_at=tx.now))
+        repo.add_event(tx.session, at=tx.now, kind=EventKind.HOST_REGISTERED, actor="daemon",
+                       host_id=tx.host_id, name=name)
+    else:
+        host.name, host.state, host.last_seen_at = name, HostState.UP, tx.now
+
+
+def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
+    """Create the pool if new; an existing pool takes the configured policy (config wins)."""
+    pool = repo.get_pool_by_name(tx.session, policy.name)
+    fields = {
+        "claim_slice": policy.claim_slice, "default_ttl_s": policy.default_ttl_s,
+        "max_ttl_s": policy.max_ttl_s, "max_lease_size": policy.max_lease_size,
+        "scrub_on_release": policy.scrub_on_release,
+    }
+    if pool is None:
+        pool = Pool(name=policy.name, created_at=tx.now, **fields)
+        tx.session.add(pool)
+        tx.session.flush()
+        repo.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor="daemon",
+                       host_id=tx.host_id, pool=policy.name)
+    else:
+        for key, value in fields.items():
+            setattr(pool, key, value)
+    return pool
+
+
+def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec], pool: Pool) -> None:
+    seen: set[str] = set()
+    for spec in specs:
+        seen.add(spec.uid)
+        device = repo.get_device_by_uid(tx.session, spec.uid)
+        if device is None:
+            _add_device(tx, spec, pool)
+        else:
+            _update_device(tx, device, spec)
+    for device in repo.list_devices(tx.session):
+        if device.host_id == tx.host_id and device.uid not in seen:
+            if repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
+                repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
+                               actor="inventory", host_id=tx.host_id, device_id=device.id,
+                               devname=device.devname)
+
+
+def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
+    device = Device(
+        uid=spec.uid, host_id=tx.host_id, pool_id=pool.id, kind=spec.kind, devname=spec.devname,
+        chardev=spec.chardev, size=spec.size, align=spec.align, numa_node=spec.numa_node,
+        state=DeviceState.ONLINE, created_at=tx.now, updated_at=tx.now,
+    )
+    tx.session.add(device)
+    tx.session.flush()
+    repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_ADDED, actor="inventory",
+                   host_id=tx.host_id, device_id=device.id, devname=spec.devname,
+                   kind_=spec.kind, size=spec.size, chardev=spec.chardev)
+
+
+def _update_device(tx: Tx, device: Device, spec: DeviceSpec) -> None:
+    wanted = {
+        "devname": spec.devname, "chardev": spec.chardev, "size": spec.size,
+        "align": spec.align, "numa_node": spec.numa_node,
+    }
+    if device.state == DeviceState.MISSING:
+        wanted["state"] = DeviceState.ONLINE
+    changed = {k: v for k, v in wanted.items() if getattr(device, k) != v}
+    if not changed:
+        return
+    if "size" in changed and spec.size < _claimed_end(tx, device):
+        # Shrinking under live claims would orphan bytes someone holds: keep the old size.
+        changed.pop("size")
+    for key, value in changed.items():
+        setattr(device, key, value)
+    device.updated_at = tx.now
+    repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor="inventory",
+                   host_id=tx.host_id, device_id=device.id,
+                   changed={k: str(v) for k, v in changed.items()})
+
+
+def _claimed_end(tx: Tx, device: Device) -> int:
+    return max((c.offset + c.length for c in repo.live_claims(tx.session, device_id=device.id)),
+               default=0)

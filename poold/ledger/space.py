@@ -1,0 +1,65 @@
+"""This host's free space inside its own claims, kept in memory by the single ledger writer.
+
+Only this host's daemon places leases inside this host's claims, so the writer can answer "where
+does this lease go?" without reading the ledger; the ledger stays the source of truth and the
+space is rebuilt from it at start and after any failed transaction. Claims themselves are placed
+from the ledger under a device lock, because other hosts claim from the same devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from poold.models import Claim, Lease
+from poold.pool import ExtentAllocator
+from poold.types import Extent
+
+
+@dataclass(slots=True)
+class ClaimSpace:
+    claim_id: int
+    device_id: int
+    extent: Extent
+    leases: ExtentAllocator
+
+
+class HostSpace:
+    def __init__(self) -> None:
+        self._claims: dict[int, ClaimSpace] = {}
+
+    @classmethod
+    def rebuild(cls, claims: Iterable[Claim], leases: Iterable[Lease],
+                align_of: dict[int, int]) -> HostSpace:
+        space = cls()
+        for claim in claims:
+            space.add_claim(claim.id, claim.device_id, Extent(claim.offset, claim.length),
+                            align_of[claim.device_id])
+        for lease in leases:
+            space._claims[lease.claim_id].leases.reserve(Extent(lease.offset, lease.length))
+        return space
+
+    def add_claim(self, claim_id: int, device_id: int, extent: Extent, align: int) -> None:
+        allocator = ExtentAllocator(extent.length, align, base=extent.offset)
+        self._claims[claim_id] = ClaimSpace(claim_id, device_id, extent, allocator)
+
+    def place(self, device_id: int, length: int) -> tuple[int, Extent] | None:
+        """Best fit across this host's claims on the device: (claim_id, extent) or None."""
+        best: tuple[int, ClaimSpace] | None = None
+        for claim in self._claims.values():
+            if claim.device_id != device_id:
+                continue
+            hole = claim.leases.best_fit(length)
+            if hole is not None and (best is None or hole < best[0]):
+                best = (hole, claim)
+        if best is None:
+            return None
+        extent = best[1].leases.allocate(length)
+        assert extent is not None
+        return best[1].claim_id, extent
+
+    def free(self, claim_id: int, extent: Extent) -> None:
+        self._claims[claim_id].leases.free(extent)
+
+    def claims_on(self, device_id: int) -> list[ClaimSpace]:
+        return [c for c in self._claims.values() if c.device_id == device_id]

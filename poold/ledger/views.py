@@ -1,0 +1,125 @@
+"""Read-only snapshots the ledger hands upward: the API renders them, nothing writes them back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from poold.models import Device, Event, Lease
+from poold.types import LeaseState
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    id: str
+    pool: str
+    host: str
+    tenant: str | None
+    device: str
+    device_id: int
+    chardev: str
+    offset: int
+    length: int
+    align: int
+    generation: int
+    ttl_s: int
+    granted_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: LeaseState
+    labels: dict[str, str] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+    @classmethod
+    def build(cls, lease: Lease, device: Device, pool_name: str, now: datetime) -> LeaseView:
+        return cls(
+            id=lease.id,
+            pool=pool_name,
+            host=lease.host_id,
+            tenant=lease.tenant,
+            device=device.devname,
+            device_id=device.id,
+            chardev=device.chardev,
+            offset=lease.offset,
+            length=lease.length,
+            align=device.align,
+            generation=lease.generation,
+            ttl_s=lease.ttl_s,
+            granted_at=lease.granted_at,
+            expires_at=lease.expires_at,
+            ended_at=lease.ended_at,
+            state=effective_state(lease, now),
+            labels=dict(lease.labels),
+            idempotency_key=lease.idempotency_key,
+        )
+
+
+def effective_state(lease: Lease, now: datetime) -> LeaseState:
+    """An active lease past expires_at is expired, whether or not the reaper got to it yet."""
+    state = LeaseState(lease.state)
+    if state is LeaseState.ACTIVE and lease.expires_at <= now:
+        return LeaseState.EXPIRED
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    id: int
+    uid: str
+    devname: str
+    kind: str
+    chardev: str
+    pool: str
+    host: str | None
+    size: int
+    align: int
+    numa_node: int | None
+    state: str
+    claimed_bytes: int
+    leased_bytes: int
+    free_bytes: int
+    live_leases: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    id: int
+    name: str
+    devices: int
+    size: int
+    claimed_bytes: int
+    leased_bytes: int
+    free_bytes: int
+    available_bytes: int
+    live_leases: int
+    claim_slice: int
+    default_ttl_s: int
+    max_ttl_s: int
+    max_lease_size: int | None
+    scrub_on_release: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    id: int
+    at: datetime
+    kind: str
+    actor: str
+    host: str | None
+    device_id: int | None
+    lease_id: str | None
+    details: dict[str, Any]
+
+    @classmethod
+    def build(cls, event: Event) -> EventView:
+        return cls(
+            id=event.id,
+            at=event.at,
+            kind=event.kind,
+            actor=event.actor,
+            host=event.host_id,
+            device_id=event.device_id,
+            lease_id=event.lease_id,
+            details=dict(event.details),
+        )

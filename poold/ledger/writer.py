@@ -1,0 +1,154 @@
+"""The single ledger writer: one thread, one connection, group commit.
+
+Every change to the ledger made by this daemon is a command (a function of `Tx`) submitted here.
+The writer folds whatever commands are waiting (up to `batch_max`) into one transaction, so one
+fsync acknowledges many requests: throughput grows with concurrency instead of collapsing under
+lock contention. A command's result is released only after its transaction committed, so an
+acknowledged grant or release is durable.
+
+A command that raises a PooldError fails alone; the batch still commits (commands check before
+they write). Anything else (a database error, a bug) rolls the whole batch back; the writer
+rebuilds its in-memory space from the ledger and replays each command in its own transaction, so
+only the culprit fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from poold.errors import LedgerUnavailable, PooldError
+from poold.ledger import repository as repo
+from poold.ledger.clock import LedgerClock
+from poold.ledger.leases import Tx
+from poold.ledger.space import HostSpace
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Command = Callable[[Tx], T]
+
+
+@dataclass(slots=True)
+class _Item:
+    command: Command[Any]
+    future: Future[Any]
+
+
+class LedgerWriter:
+    def __init__(self, engine: Engine, *, host_id: str, default_pool: str, clock: LedgerClock,
+                 batch_max: int = 256) -> None:
+        self._engine = engine
+        self._host_id = host_id
+        self._default_pool = default_pool
+        self._clock = clock
+        self._batch_max = batch_max
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._space: HostSpace | None = None  # None: rebuild from the ledger before next use
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ledger-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish what was submitted, then stop."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def submit(self, command: Command[T]) -> Future[T]:
+        future: Future[T] = Future()
+        if self._thread is None:
+            future.set_exception(LedgerUnavailable("the ledger writer is not running"))
+        else:
+            self._queue.put(_Item(command, future))
+        return future
+
+    def run(self, command: Command[T], timeout: float | None = 60.0) -> T:
+        return self.submit(command).result(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, stopping = [first], False
+            while len(batch) < self._batch_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._execute(batch)
+            if stopping:
+                return
+
+    def _execute(self, batch: list[_Item]) -> None:
+        try:
+            outcomes = self._transaction(batch)
+        except Exception as exc:
+            self._space = None
+            if len(batch) > 1:
+                log.warning("ledger.batch_failed size=%d error=%r; replaying one by one",
+                            len(batch), exc)
+                for item in batch:
+                    self._execute([item])
+                return
+            if isinstance(exc, SQLAlchemyError):
+                log.error("ledger.write_failed error=%r", exc)
+                error: BaseException = LedgerUnavailable(f"ledger write failed: {type(exc).__name__}")
+                error.__cause__ = exc
+            else:
+                log.exception("ledger.command_crashed")
+                error = exc
+            _settle(batch[0].future, False, error)
+            return
+        for item, (ok, value) in zip(batch, outcomes, strict=True):
+            _settle(item.future, ok, value)
+
+    def _transaction(self, batch: list[_Item]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        with Session(self._engine, expire_on_commit=False) as session, session.begin():
+            now = self._clock.now(session)
+            if self._space is None:
+                self._space = self._rebuild_space(session)
+            tx = Tx(session, now, self._space, self._host_id, self._default_pool)
+            for item in batch:
+                try:
+                    outcomes.append((True, item.command(tx)))
+                except PooldError as exc:
+                    outcomes.append((False, exc))
+        return outcomes
+
+    def _rebuild_space(self, session: Session) -> HostSpace:
+        align_of = {device.id: device.align for device in repo.list_devices(session)}
+        return HostSpace.rebuild(
+            repo.live_claims(session, host_id=self._host_id),
+            repo.live_leases(session, host_id=self._host_id),
+            align_of,
+        )
+
+
+def _settle(future: Future[Any], ok: bool, value: Any) -> None:
+    """Hand a result over; a caller that gave up (cancelled future) just does not hear it."""
+    try:
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+    except InvalidStateError:
+        pass

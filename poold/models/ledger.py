@@ -1,0 +1,121 @@
+"""Ledger tables: hosts, pools, devices, claims, leases, events, counters.
+
+Byte columns are BigInteger. Live extents may not overlap: PostgreSQL refuses it with exclusion
+constraints, SQLite with triggers (both created by the migration, see migrations/versions).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from poold.models.base import Base, UTCDateTime
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Pool(Base):
+    __tablename__ = "pools"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    claim_slice: Mapped[int] = mapped_column(BigInteger)
+    default_ttl_s: Mapped[int] = mapped_column(Integer)
+    max_ttl_s: Mapped[int] = mapped_column(Integer)
+    max_lease_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    scrub_on_release: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Device(Base):
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(512), unique=True)
+    host_id: Mapped[str | None] = mapped_column(ForeignKey("hosts.id"), nullable=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    devname: Mapped[str] = mapped_column(String(128))
+    chardev: Mapped[str] = mapped_column(String(1024))
+    size: Mapped[int] = mapped_column(BigInteger)
+    align: Mapped[int] = mapped_column(BigInteger)
+    numa_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Claim(Base):
+    __tablename__ = "claims"
+    __table_args__ = (Index("ix_claims_device_id_state", "device_id", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id"))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Lease(Base):
+    __tablename__ = "leases"
+    __table_args__ = (
+        Index("ix_leases_state_expires_at", "state", "expires_at"),
+        Index("ix_leases_device_id_state", "device_id", "state"),
+        Index("uq_leases_host_id_idempotency_key", "host_id", "idempotency_key", unique=True),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    claim_id: Mapped[int] = mapped_column(ForeignKey("claims.id"))
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id"))
+    tenant: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+    generation: Mapped[int] = mapped_column(BigInteger)
+    ttl_s: Mapped[int] = mapped_column(Integer)
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class Event(Base):
+    """Append-only audit row, written in the same transaction as the change it records."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    host_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    device_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Counter(Base):
+    """Named monotonic counters; `generation` is the fencing token handed to each lease."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,123 @@
+"""Plain domain types shared by every layer, the SDK included.
+
+Nothing here touches the database, the network or the kernel. States are StrEnums whose values are
+what the ledger stores and the API prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+TiB = 1024 * GiB
+
+# Largest byte count anything in poold accepts: fits a signed 64-bit column with room for
+# offset + length, and is far beyond any memory device that exists.
+MAX_BYTES = 2**62
+
+# devdax devices align to 2 MiB on x86-64; the emulated device copies that so client code is the
+# same on both.
+DEFAULT_ALIGN = 2 * MiB
+
+
+class DeviceKind(StrEnum):
+    DEVDAX = "devdax"
+    SYSTEM_RAM = "system-ram"
+    EMULATED = "emulated"
+
+
+class DeviceState(StrEnum):
+    ONLINE = "online"
+    DRAINING = "draining"
+    MISSING = "missing"
+
+
+class HostState(StrEnum):
+    UP = "up"
+    LOST = "lost"
+
+
+class ClaimState(StrEnum):
+    ACTIVE = "active"
+    RELEASED = "released"
+
+
+class LeaseState(StrEnum):
+    """`active` is the only live state; the rest are final.
+
+    An active lease past its expires_at is reported as `expired` by every read even before the
+    reaper has finalised it (DESIGN invariant 5).
+    """
+
+    ACTIVE = "active"
+    RELEASED = "released"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    LOST = "lost"
+
+
+LIVE_LEASE_STATES = (LeaseState.ACTIVE,)
+
+
+class EventKind(StrEnum):
+    LEASE_GRANTED = "lease.granted"
+    LEASE_RENEWED = "lease.renewed"
+    LEASE_RELEASED = "lease.released"
+    LEASE_EXPIRED = "lease.expired"
+    LEASE_REVOKED = "lease.revoked"
+    CLAIM_CREATED = "claim.created"
+    CLAIM_RELEASED = "claim.released"
+    DEVICE_ADDED = "device.added"
+    DEVICE_CHANGED = "device.changed"
+    DEVICE_MISSING = "device.missing"
+    HOST_REGISTERED = "host.registered"
+    POOL_CREATED = "pool.created"
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """A byte range [offset, offset + length) on one device."""
+
+    offset: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+    def overlaps(self, other: Extent) -> bool:
+        return self.offset < other.end and other.offset < self.end
+
+    def contains(self, other: Extent) -> bool:
+        return self.offset <= other.offset and other.end <= self.end
+
+
+def round_up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": KiB, "M": MiB, "G": GiB, "T": TiB}
+
+
+def parse_size(text: str) -> int:
+    """Parse "64MiB", "1G", "2097152" into bytes (binary units, as ndctl and daxctl read them)."""
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (use bytes or a unit such as 64MiB, 1GiB)")
+    unit = (match.group(2) or "").upper().rstrip("B").rstrip("I")
+    size = int(match.group(1)) * _UNITS[unit or ""]
+    if size > MAX_BYTES:
+        raise ValueError(f"size {text!r} is larger than poold accepts ({MAX_BYTES} bytes)")
+    return size
+
+
+def format_size(size: int) -> str:
+    for unit, factor in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"

@@ -1,0 +1,126 @@
+"""Shared fixtures: a ledger URL on each real database, and ledgers built on them.
+
+Every ledger test runs on SQLite (a real file) and on the PostgreSQL at 127.0.0.1:5432 (database
+`test`, trust auth). Each PostgreSQL test gets its own schema, dropped afterwards. PostgreSQL tests
+are skipped when the server is unreachable, unless POOLD_TEST_REQUIRE_POSTGRES=1 (CI sets it), in
+which case they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from poold import db
+from poold.inventory import DeviceSpec
+from poold.ledger import registry
+from poold.ledger.clock import ManualClock
+from poold.ledger.leases import Tx
+from poold.ledger.ledger import Ledger
+from poold.types import MiB, DeviceKind
+
+POSTGRES_URL = os.environ.get(
+    "POOLD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REQUIRE_POSTGRES = os.environ.get("POOLD_TEST_REQUIRE_POSTGRES") == "1"
+HOST = "host-a"
+
+
+def _postgres_reachable() -> str | None:
+    try:
+        engine = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
+        with engine.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public"))
+        engine.dispose()
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+_PG_PROBLEM: str | None | bool = False  # False: not probed yet
+
+
+def postgres_problem() -> str | None:
+    global _PG_PROBLEM
+    if _PG_PROBLEM is False:
+        _PG_PROBLEM = _postgres_reachable()
+    assert _PG_PROBLEM is not False
+    return _PG_PROBLEM
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema of its own."""
+    problem = postgres_problem()
+    if problem is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"PostgreSQL required but unreachable: {problem}")
+        pytest.skip(f"PostgreSQL unreachable: {problem}")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema},public"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def emulated_spec(size: int = 64 * MiB, name: str = "emu0", align: int = 2 * MiB) -> DeviceSpec:
+    return DeviceSpec(uid=f"test:{name}", kind=DeviceKind.EMULATED, devname=name,
+                      chardev=f"/nonexistent/{name}", size=size, align=align)
+
+
+def bootstrap(tx: Tx, specs: list[DeviceSpec], claim_slice: int = 0, max_ttl_s: int = 3600
+              ) -> None:
+    registry.register_host(tx, tx.host_id)
+    pool = registry.ensure_pool(tx, registry.PoolPolicy(
+        name="default", claim_slice=claim_slice, default_ttl_s=60, max_ttl_s=max_ttl_s))
+    registry.reconcile_devices(tx, specs, pool)
+
+
+LedgerFactory = Callable[..., Ledger]
+
+
+@pytest.fixture
+def make_ledger(ledger_url: str, clock: ManualClock) -> Iterator[LedgerFactory]:
+    """Build started ledgers on the test database (migrated, host/pool/devices registered)."""
+    db.upgrade(ledger_url)
+    opened: list[Ledger] = []
+
+    def make(specs: list[DeviceSpec] | None = None, host_id: str = HOST,
+             claim_slice: int = 0, **kwargs: object) -> Ledger:
+        ledger = Ledger(ledger_url, host_id=host_id, default_pool="default", clock=clock,
+                        **kwargs)  # type: ignore[arg-type]
+        ledger.start()
+        opened.append(ledger)
+        ledger.run(partial(bootstrap, specs=specs if specs is not None else [emulated_spec()],
+                           claim_slice=claim_slice))
+        return ledger
+
+    yield make
+    for ledger in opened:
+        ledger.close()
+
+
+@pytest.fixture
+def ledger(make_ledger: LedgerFactory) -> Ledger:
+    return make_ledger()

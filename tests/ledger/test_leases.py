@@ -1,0 +1,194 @@
+"""Lease lifecycle on the real ledger (SQLite file and PostgreSQL), with a manual ledger clock."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from poold import errors
+from poold.ledger import leases, reads
+from poold.ledger.clock import ManualClock
+from poold.ledger.fsck import fsck
+from poold.ledger.leases import GrantRequest
+from poold.ledger.ledger import Ledger
+from poold.ledger.views import LeaseView
+from poold.types import EventKind, LeaseState, MiB
+from tests.conftest import LedgerFactory, emulated_spec
+
+
+def grant(ledger: Ledger, size: int, **kwargs: object) -> LeaseView:
+    request = GrantRequest(size=size, actor="test", **kwargs)  # type: ignore[arg-type]
+    return ledger.run(partial(leases.grant, request=request))
+
+
+def assert_clean(ledger: Ledger) -> None:
+    report = ledger.read(fsck)
+    assert report.clean, report.violations
+
+
+def test_grant_rounds_up_to_align_and_names_everything_to_map(ledger: Ledger) -> None:
+    lease = grant(ledger, 3 * MiB, ttl_s=30, labels={"model": "llama"})
+    assert lease.length == 4 * MiB and lease.offset % (2 * MiB) == 0
+    assert lease.chardev == "/nonexistent/emu0" and lease.align == 2 * MiB
+    assert lease.state is LeaseState.ACTIVE and lease.ttl_s == 30
+    assert (lease.expires_at - lease.granted_at).total_seconds() == 30
+    assert lease.labels == {"model": "llama"}
+    assert_clean(ledger)
+
+
+def test_leases_never_overlap_and_capacity_is_exact(ledger: Ledger) -> None:
+    granted = [grant(ledger, 8 * MiB) for _ in range(8)]  # fills the 64 MiB device
+    extents = sorted((x.offset, x.length) for x in granted)
+    assert extents == [(i * 8 * MiB, 8 * MiB) for i in range(8)]
+    with pytest.raises(errors.NoCapacity):
+        grant(ledger, 2 * MiB)
+    (pool,) = ledger.read(reads.pools)
+    assert pool.leased_bytes == 64 * MiB and pool.available_bytes == 0
+    ledger.run(partial(leases.release, lease_id=granted[3].id, actor="test"))
+    again = grant(ledger, 8 * MiB)
+    assert (again.offset, again.length) == (granted[3].offset, 8 * MiB)
+    assert_clean(ledger)
+
+
+def test_generation_only_grows(ledger: Ledger) -> None:
+    generations = []
+    for _ in range(5):
+        lease = grant(ledger, 64 * MiB)
+        generations.append(lease.generation)
+        ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    assert generations == sorted(set(generations))
+
+
+def test_release_is_idempotent_and_returns_capacity(ledger: Ledger) -> None:
+    lease = grant(ledger, 64 * MiB)
+    first = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    second = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    assert first.state is second.state is LeaseState.RELEASED
+    (pool,) = ledger.read(reads.pools)
+    assert pool.leased_bytes == 0 and pool.available_bytes == 64 * MiB
+    kinds = [e.kind for e in ledger.read(lambda s, _: reads.events(s, lease_id=lease.id))]
+    assert kinds.count(EventKind.LEASE_RELEASED) == 1
+    assert_clean(ledger)
+
+
+def test_expiry_is_judged_by_the_ledger_clock(ledger: Ledger, clock: ManualClock) -> None:
+    lease = grant(ledger, 32 * MiB, ttl_s=10)
+    clock.advance(9.9)
+    assert ledger.read(lambda s, now: reads.lease(s, lease.id, now)).state is LeaseState.ACTIVE
+    clock.advance(0.1)
+    # Not reaped yet, but never reported valid past expires_at.
+    assert ledger.read(lambda s, now: reads.lease(s, lease.id, now)).state is LeaseState.EXPIRED
+    with pytest.raises(errors.LeaseExpired):
+        ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="test"))
+    assert ledger.run(leases.reap) == 1
+    assert ledger.run(leases.reap) == 0
+    (pool,) = ledger.read(reads.pools)
+    assert pool.leased_bytes == 0
+    kinds = [e.kind for e in ledger.read(lambda s, _: reads.events(s, lease_id=lease.id))]
+    assert EventKind.LEASE_EXPIRED in kinds
+    assert_clean(ledger)
+
+
+def test_keepalive_extends_from_now(ledger: Ledger, clock: ManualClock) -> None:
+    lease = grant(ledger, 2 * MiB, ttl_s=10)
+    clock.advance(8)
+    renewed = ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=20, actor="t"))
+    assert (renewed.expires_at - lease.granted_at).total_seconds() == 28
+    clock.advance(19)
+    assert ledger.run(leases.reap) == 0
+    assert ledger.read(lambda s, now: reads.lease(s, lease.id, now)).state is LeaseState.ACTIVE
+
+
+def test_keepalive_of_released_lease_is_a_conflict(ledger: Ledger) -> None:
+    lease = grant(ledger, 2 * MiB)
+    ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    with pytest.raises(errors.LeaseNotActive):
+        ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="test"))
+
+
+def test_release_after_expiry_finalises_as_expired(ledger: Ledger, clock: ManualClock) -> None:
+    lease = grant(ledger, 2 * MiB, ttl_s=5)
+    clock.advance(6)
+    ended = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    assert ended.state is LeaseState.EXPIRED
+    assert_clean(ledger)
+
+
+def test_full_pool_reaps_expired_leases_before_refusing(ledger: Ledger, clock: ManualClock
+                                                        ) -> None:
+    grant(ledger, 64 * MiB, ttl_s=5)
+    clock.advance(5)
+    assert grant(ledger, 64 * MiB).state is LeaseState.ACTIVE
+    assert_clean(ledger)
+
+
+def test_idempotency_key_replays_and_refuses_mismatch(ledger: Ledger) -> None:
+    first = grant(ledger, 4 * MiB, idempotency_key="k1")
+    again = grant(ledger, 4 * MiB, idempotency_key="k1")
+    assert again.id == first.id
+    with pytest.raises(errors.IdempotencyConflict):
+        grant(ledger, 8 * MiB, idempotency_key="k1")
+    assert len(ledger.read(lambda s, now: reads.leases(s, now))) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"size": 0}, errors.InvalidRequest),
+        ({"size": -5}, errors.InvalidRequest),
+        ({"size": 65 * MiB}, errors.LeaseTooLarge),
+        ({"size": MiB, "pool": "nope"}, errors.UnknownPool),
+        ({"size": MiB, "ttl_s": 0}, errors.InvalidRequest),
+        ({"size": MiB, "ttl_s": 10**9}, errors.InvalidRequest),
+        ({"size": MiB, "device": "dax9.9"}, errors.LeaseTooLarge),
+    ],
+)
+def test_bad_requests_are_refused_and_leave_nothing(
+    ledger: Ledger, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    before = len(ledger.read(lambda s, _: reads.events(s)))
+    with pytest.raises(error):
+        grant(ledger, **kwargs)  # type: ignore[arg-type]
+    assert len(ledger.read(lambda s, _: reads.events(s))) == before
+
+
+def test_unknown_lease(ledger: Ledger) -> None:
+    for command in (leases.release, leases.revoke):
+        with pytest.raises(errors.UnknownLease):
+            ledger.run(partial(command, lease_id="nope", actor="test"))
+
+
+def test_revoke_ends_the_lease(ledger: Ledger) -> None:
+    lease = grant(ledger, 2 * MiB)
+    assert ledger.run(partial(leases.revoke, lease_id=lease.id, actor="admin")).state \
+        is LeaseState.REVOKED
+    with pytest.raises(errors.LeaseNotActive):
+        ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="test"))
+    assert_clean(ledger)
+
+
+def test_claims_are_sliced_and_leases_stay_inside_them(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB)], claim_slice=16 * MiB)
+    granted = [grant(ledger, 6 * MiB) for _ in range(4)]
+    devices = ledger.read(reads.devices)
+    assert devices[0].claimed_bytes == 32 * MiB  # two 16 MiB slices hold 4 x 6 MiB
+    assert {x.offset // (16 * MiB) for x in granted} == {0, 1}
+    big = grant(ledger, 20 * MiB)  # larger than a slice: a claim of two slices
+    assert big.length == 20 * MiB
+    assert_clean(ledger)
+
+
+def test_restart_rebuilds_space_from_the_ledger(make_ledger: LedgerFactory) -> None:
+    first = make_ledger()
+    kept = grant(first, 16 * MiB, ttl_s=600)
+    gone = grant(first, 16 * MiB, ttl_s=600)
+    first.run(partial(leases.release, lease_id=gone.id, actor="test"))
+    first.close()
+    second = make_ledger()
+    fresh = [grant(second, 16 * MiB) for _ in range(3)]
+    assert all(not (f.offset < kept.offset + kept.length and kept.offset < f.offset + f.length)
+               for f in fresh)
+    with pytest.raises(errors.NoCapacity):
+        grant(second, 16 * MiB)
+    assert_clean(second)

@@ -1,0 +1,95 @@
+"""Properties of the pure allocator under random churn (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poold.pool import AllocatorError, ExtentAllocator
+from poold.types import Extent
+
+ALIGN = 4
+
+
+def check(allocator: ExtentAllocator, live: list[Extent]) -> None:
+    used = sorted(live, key=lambda e: e.offset)
+    for a, b in zip(used, used[1:], strict=False):
+        assert a.end <= b.offset, "live extents overlap"
+    for e in used:
+        assert e.offset % ALIGN == 0 and e.length % ALIGN == 0
+        assert allocator.base <= e.offset and e.end <= allocator.base + allocator.size
+    free = allocator.free_extents()
+    assert allocator.used_bytes + sum(f.length for f in free) == allocator.size
+    assert allocator.used_bytes == sum(e.length for e in used)
+    # Free extents never touch (coalescing) and never overlap used ones.
+    for a, b in zip(free, free[1:], strict=False):
+        assert a.end < b.offset
+    for f in free:
+        assert not any(f.overlaps(e) for e in used)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base_units=st.integers(0, 8),
+    size_units=st.integers(1, 64),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(1, 24), st.integers(0, 1000)), max_size=80),
+)
+def test_random_churn_keeps_invariants(base_units: int, size_units: int,
+                                       ops: list[tuple[bool, int, int]]) -> None:
+    allocator = ExtentAllocator(size_units * ALIGN, ALIGN, base=base_units * ALIGN)
+    live: list[Extent] = []
+    for is_alloc, units, pick in ops:
+        if is_alloc or not live:
+            got = allocator.allocate(units * ALIGN)
+            if got is None:
+                assert allocator.largest_free < units * ALIGN, "refused while a hole fits"
+            else:
+                assert got.length == units * ALIGN
+                live.append(got)
+        else:
+            allocator.free(live.pop(pick % len(live)))
+        check(allocator, live)
+    for extent in live:
+        allocator.free(extent)
+    assert allocator.free_extents() == [Extent(allocator.base, allocator.size)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=20))
+def test_rebuild_with_reserve_matches_original(lengths: list[int]) -> None:
+    original = ExtentAllocator(256 * ALIGN, ALIGN)
+    live = [e for n in lengths if (e := original.allocate(n * ALIGN)) is not None]
+    for extent in live[::2]:
+        original.free(extent)
+    rebuilt = ExtentAllocator(256 * ALIGN, ALIGN)
+    for extent in live[1::2]:
+        rebuilt.reserve(extent)
+    assert rebuilt.free_extents() == original.free_extents()
+
+
+def test_best_fit_prefers_smallest_hole() -> None:
+    a = ExtentAllocator(100 * ALIGN, ALIGN)
+    x = [a.allocate(n * ALIGN) for n in (10, 1, 3, 1, 50)]
+    assert all(x)
+    a.free(x[0])  # hole of 10 at 0
+    a.free(x[2])  # hole of 3 at 11
+    got = a.allocate(3 * ALIGN)
+    assert got == x[2]
+
+
+@pytest.mark.parametrize("bad", [0, -ALIGN, ALIGN + 1])
+def test_bad_lengths_are_refused(bad: int) -> None:
+    with pytest.raises(AllocatorError):
+        ExtentAllocator(16 * ALIGN, ALIGN).allocate(bad)
+
+
+def test_double_free_and_foreign_free_are_refused() -> None:
+    a = ExtentAllocator(16 * ALIGN, ALIGN)
+    e = a.allocate(ALIGN)
+    assert e is not None
+    a.free(e)
+    with pytest.raises(AllocatorError):
+        a.free(e)
+    with pytest.raises(AllocatorError):
+        a.reserve(Extent(ALIGN, 16 * ALIGN))
