@@ -45,7 +45,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def status_of(exc: errors.PooldError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 

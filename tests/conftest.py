@@ -23,7 +23,7 @@ from poold.ledger import registry
 from poold.ledger.clock import ManualClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
-from poold.types import MiB, DeviceKind
+from poold.types import DeviceKind, MiB
 
 POSTGRES_URL = os.environ.get(
     "POOLD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -43,7 +43,7 @@ def _postgres_reachable() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-_PG_PROBLEM: str | None | bool = False  # False: not probed yet
+_PG_PROBLEM: str | bool | None = False  # False: not probed yet
 
 
 def postgres_problem() -> str | None:

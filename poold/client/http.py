@@ -1,4 +1,4 @@
-"""PooldClient: the REST API as Python calls, with the daemon's errors rebuilt as the same classes."""
+"""PooldClient: the REST API as Python calls; the daemon's errors come back as the same classes."""
 
 from __future__ import annotations
 

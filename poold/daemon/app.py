@@ -21,12 +21,12 @@ from api.app import create_app
 from drivers.emulated import default_backing_dir, ensure_emulated_device
 from poold import db
 from poold.config import Settings
+from poold.daemon.tasks import every
 from poold.inventory import DeviceSpec, spec_from_emulated
 from poold.ledger import leases, registry
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
-from poold.daemon.tasks import every
 
 log = logging.getLogger(__name__)
 

@@ -68,11 +68,11 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec], pool: Pool) -> None:
         else:
             _update_device(tx, device, spec)
     for device in repo.list_devices(tx.session):
-        if device.host_id == tx.host_id and device.uid not in seen:
-            if repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
-                repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
-                               actor="inventory", host_id=tx.host_id, device_id=device.id,
-                               devname=device.devname)
+        gone = device.host_id == tx.host_id and device.uid not in seen
+        if gone and repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
+            repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
+                           actor="inventory", host_id=tx.host_id, device_id=device.id,
+                           devname=device.devname)
 
 
 def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:

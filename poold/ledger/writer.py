@@ -110,7 +110,8 @@ class LedgerWriter:
                 return
             if isinstance(exc, SQLAlchemyError):
                 log.error("ledger.write_failed error=%r", exc)
-                error: BaseException = LedgerUnavailable(f"ledger write failed: {type(exc).__name__}")
+                error: BaseException = LedgerUnavailable(
+                    f"ledger write failed: {type(exc).__name__}")
                 error.__cause__ = exc
             else:
                 log.exception("ledger.command_crashed")

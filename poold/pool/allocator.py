@@ -46,7 +46,7 @@ class ExtentAllocator:
         return [Extent(o, n) for o, n in sorted(self._used.items())]
 
     def best_fit(self, length: int) -> int | None:
-        """Length of the smallest hole that can take `length`, or None: lets callers compare spaces."""
+        """Size of the smallest hole that can take `length` (None: none can), to compare spaces."""
         fits = [n for n in self._free_lengths if n >= length]
         return min(fits) if fits else None
 

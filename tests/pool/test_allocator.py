@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ ALIGN = 4
 
 def check(allocator: ExtentAllocator, live: list[Extent]) -> None:
     used = sorted(live, key=lambda e: e.offset)
-    for a, b in zip(used, used[1:], strict=False):
+    for a, b in itertools.pairwise(used):
         assert a.end <= b.offset, "live extents overlap"
     for e in used:
         assert e.offset % ALIGN == 0 and e.length % ALIGN == 0
@@ -23,7 +25,7 @@ def check(allocator: ExtentAllocator, live: list[Extent]) -> None:
     assert allocator.used_bytes + sum(f.length for f in free) == allocator.size
     assert allocator.used_bytes == sum(e.length for e in used)
     # Free extents never touch (coalescing) and never overlap used ones.
-    for a, b in zip(free, free[1:], strict=False):
+    for a, b in itertools.pairwise(free):
         assert a.end < b.offset
     for f in free:
         assert not any(f.overlaps(e) for e in used)

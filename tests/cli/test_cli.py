@@ -1,0 +1,121 @@
+"""The `poold` command as an operator runs it: a real daemon process, curl, mmap, the CLI."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from poold.types import MiB
+from tests.daemon_fixtures import free_port
+
+POOLD = [sys.executable, "-m", "poold.cli.main"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*POOLD, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    env = {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_HOST_ID": "cli-host"}
+    log = tmp_path / "daemon.log"
+    proc = subprocess.Popen(
+        [*POOLD, "serve", "--state-dir", str(tmp_path / "state"), "--emulate", "256MiB",
+         "--listen", f"127.0.0.1:{port}"], env=env, stderr=log.open("w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{url}/healthz").raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "daemon did not come up"
+                time.sleep(0.1)
+        yield url, tmp_path / "state"
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn re-raises the signal once shut down, so -SIGTERM is a clean stop too.
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+        assert "daemon.stopped" in log.read_text(), log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def curl_grant(url: str, size: int) -> dict[str, object]:
+    body = json.dumps({"size": size, "ttl_s": 120})
+    if shutil.which("curl") is None:
+        return dict(httpx.post(f"{url}/v1/leases", json=json.loads(body)).json())
+    out = subprocess.run(["curl", "-sf", "-H", "content-type: application/json", "-d", body,
+                          f"{url}/v1/leases"], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def test_operator_walkthrough(daemon: tuple[str, Path]) -> None:
+    url, state = daemon
+    lease = curl_grant(url, 64 * MiB)
+    assert lease["length"] == 64 * MiB
+    fd = os.open(str(lease["chardev"]), os.O_RDWR)
+    try:
+        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["offset"]))) as m:
+            m[:11] = b"hello, pool"
+            m.flush()
+        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["offset"]))) as m:
+            assert m[:11] == b"hello, pool"
+    finally:
+        os.close(fd)
+
+    pools = json.loads(run("list", "pools", "--url", url).stdout)
+    assert pools == httpx.get(f"{url}/v1/pools").json()
+    assert pools[0]["leased_bytes"] == 64 * MiB
+    human = run("list", "leases", "--url", url, "--human").stdout
+    assert str(lease["id"]) in human and "64MiB" in human
+
+    released = json.loads(run("lease", "release", str(lease["id"]), "--url", url).stdout)
+    assert released["state"] == "released"
+    assert json.loads(run("list", "pools", "--url", url).stdout)[0]["available_bytes"] == \
+        256 * MiB
+
+    acquired = run("lease", "acquire", "8MiB", "--ttl", "60", "--url", url)
+    assert json.loads(acquired.stdout)["length"] == 8 * MiB, acquired.stderr
+    devices = json.loads(run("list", "devices", "--url", url).stdout)
+    assert devices[0]["live_leases"] == 1
+
+    check = run("fsck", "--state-dir", str(state))
+    assert check.returncode == 0 and json.loads(check.stdout)["clean"], check.stdout
+    assert run("db", "upgrade", "--state-dir", str(state)).returncode == 0
+
+
+def test_cli_errors_are_clear(daemon: tuple[str, Path]) -> None:
+    url, _state = daemon
+    bad = run("lease", "release", "nope", "--url", url)
+    assert bad.returncode == 1 and json.loads(bad.stderr)["error"] == "UnknownLease"
+    bad = run("lease", "acquire", "lots", "--url", url)
+    assert bad.returncode == 2 and "size" in bad.stderr
+    bad = run("lease", "acquire", "1TiB", "--url", url)
+    assert bad.returncode == 1 and json.loads(bad.stderr)["error"] == "LeaseTooLarge"
+    down = run("list", "pools", "--url", f"http://127.0.0.1:{free_port()}")
+    assert down.returncode == 1 and json.loads(down.stderr)["error"] == "TransportError"
+
+
+def test_config_file_and_missing_config(tmp_path: Path) -> None:
+    config = tmp_path / "poold.toml"
+    config.write_text(f'state_dir = "{tmp_path / "s"}"\n')
+    assert run("db", "upgrade", "--config", str(config)).returncode == 0
+    assert (tmp_path / "s" / "ledger.sqlite3").exists()
+    missing = run("fsck", "--config", str(tmp_path / "absent.toml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -1,0 +1,129 @@
+"""The client SDK against a real daemon: lease, map (real mmap of the emulated device), keep
+alive, release, expiry, lost leases, and the daemon's errors rebuilt as the same classes."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import poold.client
+from poold import errors
+from poold.client import Mapping, PooldClient
+from poold.types import MiB
+from tests.daemon_fixtures import free_port, serving_daemon
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    with serving_daemon(tmp_path) as (_daemon, base_url):
+        yield base_url
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[PooldClient]:
+    with PooldClient(url) as c:
+        yield c
+
+
+def test_lease_maps_exactly_its_extent_and_bytes_reach_the_device(client: PooldClient) -> None:
+    with client.lease(2 * MiB) as first, client.lease(4 * MiB, ttl_s=5) as lease:
+        assert lease.info.offset == first.info.offset + 2 * MiB
+        with lease.map() as mapping:
+            assert len(mapping.buffer) == 4 * MiB
+            mapping.buffer[:5] = b"hello"
+            mapping.buffer[-3:] = b"end"
+        with open(lease.info.chardev, "rb") as device:
+            device.seek(lease.info.offset)
+            assert device.read(5) == b"hello"
+            device.seek(lease.info.offset + 4 * MiB - 3)
+            assert device.read(3) == b"end"
+        assert client.pools()[0].leased_bytes == 6 * MiB
+    assert client.pools()[0].leased_bytes == 0
+    assert client.get_lease(lease.id).state == "released"
+
+
+def test_numpy_view_is_zero_copy(client: PooldClient) -> None:
+    with client.lease(2 * MiB) as lease, lease.map() as mapping:
+        array = mapping.numpy()
+        array[:4] = [1, 2, 3, 4]
+        assert bytes(mapping.buffer[:4]) == b"\x01\x02\x03\x04"
+        assert array.nbytes == 2 * MiB and array.dtype == np.uint8
+        del array
+
+
+def test_background_keepalive_outlives_the_ttl(client: PooldClient) -> None:
+    with client.lease(2 * MiB, ttl_s=1) as lease:
+        time.sleep(2.5)
+        lease.check()
+        assert client.get_lease(lease.id).state == "active"
+
+
+def test_lease_without_keepalive_expires_within_one_reaper_period(client: PooldClient) -> None:
+    lease = client.lease(2 * MiB, ttl_s=1, keepalive=False)
+    deadline = time.monotonic() + 10
+    while not client.events(lease_id=lease.id, kind="lease.expired"):
+        assert time.monotonic() < deadline, "the reaper never finalised the lease"
+        time.sleep(0.1)
+    assert client.pools()[0].leased_bytes == 0
+    assert client.devices()[0].claimed_bytes == 64 * MiB  # the host keeps its claim
+    info = client.get_lease(lease.id)
+    (expired,) = client.events(lease_id=lease.id, kind="lease.expired")
+    # Judged on the ledger's own timestamps: finalised within one reaper period (0.2 s) of
+    # expiry, plus the pass itself.
+    assert 0 <= (expired.at - info.expires_at).total_seconds() < 0.2 + 0.5
+    assert info.state == "expired"
+
+
+def test_revoked_lease_is_reported_lost(client: PooldClient) -> None:
+    lease = client.lease(2 * MiB, ttl_s=1)
+    client.raw("POST", f"/v1/leases/{lease.id}/revoke")
+    deadline = time.monotonic() + 5
+    while not lease.lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(errors.LeaseLost, match="LeaseNotActive"):
+        lease.check()
+    with pytest.raises(errors.LeaseLost):
+        lease.map()
+    lease.release()  # still idempotent
+
+
+def test_daemon_errors_come_back_as_the_same_classes(client: PooldClient) -> None:
+    with pytest.raises(errors.InvalidRequest):
+        client.grant(0)
+    with pytest.raises(errors.LeaseTooLarge):
+        client.grant(65 * MiB)
+    with pytest.raises(errors.UnknownLease):
+        client.release("nope")
+    with pytest.raises(errors.NoCapacity), client.lease(64 * MiB):
+        client.grant(MiB)
+
+
+def test_unreachable_daemon_is_a_transport_error() -> None:
+    with PooldClient(f"http://127.0.0.1:{free_port()}", timeout_s=1) as client,\
+            pytest.raises(errors.TransportError):
+        client.pools()
+
+
+def test_misaligned_extents_are_refused_before_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "dev"
+    path.write_bytes(b"\0" * 8 * MiB)
+    for offset, length in ((4096, 2 * MiB), (0, 4096), (2 * MiB, 0), (MiB, 2 * MiB)):
+        with pytest.raises(errors.MisalignedExtent):
+            Mapping(str(path), offset, length, 2 * MiB)
+    with Mapping(str(path), 2 * MiB, 2 * MiB, 2 * MiB) as mapping:
+        mapping.buffer[0] = 7
+    assert os.pread(os.open(path, os.O_RDONLY), 1, 2 * MiB) == b"\x07"
+
+
+def test_public_names() -> None:
+    assert sorted(poold.client.__all__) == sorted(
+        name for name in dir(poold.client) if not name.startswith("_")
+        and name not in {"http", "lease", "mapping"}
+    )
+    for name in poold.client.__all__:
+        assert getattr(poold.client, name) is not None

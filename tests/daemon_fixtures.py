@@ -1,0 +1,50 @@
+"""A real poold (composition root + uvicorn) serving in a thread on a free loopback port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from poold.config import Settings
+from poold.daemon import Daemon
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving_daemon(state_dir: Path, **settings: Any) -> Iterator[tuple[Daemon, str]]:
+    """Run a daemon until the block ends; yields it and its base URL."""
+    port = free_port()
+    defaults: dict[str, Any] = {
+        "state_dir": state_dir, "emulate_size": 64 * 2**20, "emulate_dir": state_dir,
+        "listen": f"127.0.0.1:{port}", "host_id": "test-host", "reap_interval_s": 0.2,
+    }
+    daemon = Daemon(Settings(**{**defaults, **settings}))
+    server = uvicorn.Server(uvicorn.Config(daemon.app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("daemon did not start")
+        time.sleep(0.02)
+    try:
+        httpx.get(f"{url}/healthz").raise_for_status()
+        yield daemon, url
+    finally:
+        server.should_exit = True
+        thread.join(20)

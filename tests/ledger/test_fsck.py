@@ -1,0 +1,176 @@
+"""`fsck` finds a ledger written by real grants, releases, revokes and expiries clean, and reports
+each corruption that raw SQL can make of it; `poold fsck` prints that report as JSON and exits 1
+on a violation.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+
+import pytest
+from sqlalchemy import Connection, delete, insert, literal, select, text, update
+
+from poold import db
+from poold.cli.main import main
+from poold.ledger import leases
+from poold.ledger.clock import ManualClock
+from poold.ledger.fsck import FsckReport, fsck
+from poold.ledger.leases import GrantRequest
+from poold.ledger.ledger import Ledger
+from poold.ledger.views import LeaseView
+from poold.models import Claim, Event, Host, Lease
+from poold.types import EventKind, MiB
+from tests.conftest import LedgerFactory, emulated_spec
+
+
+def grant(ledger: Ledger, size: int, ttl_s: int = 600) -> LeaseView:
+    return ledger.run(partial(leases.grant, request=GrantRequest(size, "test", ttl_s=ttl_s)))
+
+
+def end(ledger: Ledger, command: Callable[..., LeaseView], lease: LeaseView) -> None:
+    ledger.run(partial(command, lease_id=lease.id, actor="test"))
+
+
+def check(ledger: Ledger) -> FsckReport:
+    return ledger.read(fsck)
+
+
+@contextmanager
+def raw(ledger: Ledger) -> Iterator[Connection]:
+    """A transaction on the ledger's database that bypasses poold entirely."""
+    engine = db.make_engine(ledger.url, writer=True)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sliced(make_ledger: LedgerFactory) -> Ledger:
+    """A 64 MiB device (2 MiB align) claimed in 16 MiB slices."""
+    return make_ledger([emulated_spec(64 * MiB)], claim_slice=16 * MiB)
+
+
+def test_real_traffic_leaves_a_clean_ledger(sliced: Ledger, clock: ManualClock) -> None:
+    granted = [grant(sliced, 6 * MiB) for _ in range(6)]
+    short = grant(sliced, 2 * MiB, ttl_s=5)
+    end(sliced, leases.release, granted[0])
+    end(sliced, leases.release, granted[0])  # idempotent, no second event
+    end(sliced, leases.revoke, granted[3])
+    clock.advance(10)
+    assert sliced.run(leases.reap) == 1
+    report = check(sliced)
+    assert report.clean, report.violations
+    assert (report.leases, report.claims, report.warnings) == (4, 3, [])
+    assert short.id not in {lease.id for lease in granted}
+
+
+def set_lease(conn: Connection, lease: LeaseView, **values: object) -> None:
+    conn.execute(update(Lease).where(Lease.id == lease.id).values(**values))
+
+
+def misalign(conn: Connection, lease: LeaseView) -> None:
+    set_lease(conn, lease, length=lease.length + 4096)
+
+
+def move_past_device_end(conn: Connection, lease: LeaseView) -> None:
+    set_lease(conn, lease, offset=64 * MiB)
+
+
+def move_out_of_claim(conn: Connection, lease: LeaseView) -> None:
+    set_lease(conn, lease, offset=16 * MiB)  # aligned and on the device, past the 16 MiB slice
+
+
+def give_claim_to_another_host(conn: Connection, lease: LeaseView) -> None:
+    conn.execute(insert(Host).values(id="host-b", name="b", state="up",
+                                     registered_at=lease.granted_at,
+                                     last_seen_at=lease.granted_at))
+    conn.execute(update(Claim).values(host_id="host-b"))
+
+
+def delete_event(kind: EventKind) -> Callable[[Connection, LeaseView], None]:
+    def corrupt(conn: Connection, lease: LeaseView) -> None:
+        conn.execute(delete(Event).where(Event.lease_id == lease.id, Event.kind == kind))
+    return corrupt
+
+
+@pytest.mark.parametrize(("corrupt", "expected"), [
+    (misalign, "is not aligned to 2097152"),
+    (move_past_device_end, "lies outside emu0 of size 67108864"),
+    (move_out_of_claim, "sticks out of claim"),
+    (give_claim_to_another_host, "of host host-a lies in claim 1 of host host-b"),
+    (delete_event(EventKind.LEASE_GRANTED), "has no lease.granted event"),
+], ids=lambda x: getattr(x, "__name__", None))
+def test_each_corruption_of_a_live_lease_is_reported(
+    sliced: Ledger, corrupt: Callable[[Connection, LeaseView], None], expected: str
+) -> None:
+    lease = grant(sliced, 2 * MiB)
+    assert check(sliced).clean
+    with raw(sliced) as conn:
+        corrupt(conn, lease)
+    violations = check(sliced).violations
+    assert any(lease.id in v and expected in v for v in violations), violations
+
+
+def test_a_released_lease_without_its_event_is_reported(sliced: Ledger) -> None:
+    lease = grant(sliced, 2 * MiB)
+    end(sliced, leases.release, lease)
+    with raw(sliced) as conn:
+        delete_event(EventKind.LEASE_RELEASED)(conn, lease)
+    assert check(sliced).violations == [
+        f"lease {lease.id} is released without a lease.released event"
+    ]
+
+
+def drop_overlap_guard(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        conn.execute(text("DROP TRIGGER tr_leases_no_overlap_insert"))
+    else:
+        conn.execute(text("ALTER TABLE leases DROP CONSTRAINT ex_leases_live_extent"))
+
+
+def copy_lease(conn: Connection, lease: LeaseView) -> str:
+    """A second live lease on the same bytes, with its own grant event (so only overlap is
+    wrong)."""
+    twin = uuid.uuid4().hex
+    columns = [c for c in Lease.__table__.c if c.name != "id"]
+    conn.execute(insert(Lease).from_select(
+        ["id", *(c.name for c in columns)],
+        select(literal(twin), *columns).where(Lease.id == lease.id),
+    ))
+    conn.execute(insert(Event).values(at=lease.granted_at, kind=EventKind.LEASE_GRANTED,
+                                      actor="test", lease_id=twin, details={}))
+    return twin
+
+
+def test_overlapping_live_leases_are_reported(sliced: Ledger) -> None:
+    lease = grant(sliced, 4 * MiB)
+    with raw(sliced) as conn:
+        drop_overlap_guard(conn)
+        twin = copy_lease(conn, lease)
+    (violation,) = check(sliced).violations
+    assert "overlap on device emu0" in violation
+    assert lease.id in violation and twin in violation
+
+
+def run_cli(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    code = main(["fsck", "--database-url", url])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_cli_exits_0_when_clean_and_1_on_a_violation(
+    sliced: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lease = grant(sliced, 2 * MiB)
+    code, out = run_cli(sliced.url, capsys)
+    assert (code, out["clean"], out["violations"], out["leases"]) == (0, True, [], 1)
+    with raw(sliced) as conn:
+        misalign(conn, lease)
+    code, out = run_cli(sliced.url, capsys)
+    assert (code, out["clean"]) == (1, False)
+    assert out["violations"] == check(sliced).violations != []
