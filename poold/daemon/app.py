@@ -48,7 +48,8 @@ class Daemon:
     def _discover(self) -> list[DeviceSpec]:
         specs = []
         if self.settings.emulate_size:
-            directory = self.settings.emulate_dir or default_backing_dir(self.settings.state_dir)
+            directory = self.settings.emulate_dir or default_backing_dir(
+                self.settings.emulate_size, self.settings.state_dir)
             path = Path(directory) / f"poold-{self.settings.host_id}-emu0"
             device = ensure_emulated_device("emu0", path, self.settings.emulate_size,
                                             self.settings.emulate_align)

@@ -27,13 +27,15 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def daemon(tmp_path: Path, ledger_url: str) -> Iterator[tuple[str, str]]:
+    """`poold serve` as a process, on each database; yields its URL and ledger URL."""
     port = free_port()
     env = {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_HOST_ID": "cli-host"}
     log = tmp_path / "daemon.log"
     proc = subprocess.Popen(
         [*POOLD, "serve", "--state-dir", str(tmp_path / "state"), "--emulate", "256MiB",
-         "--listen", f"127.0.0.1:{port}"], env=env, stderr=log.open("w"))
+         "--listen", f"127.0.0.1:{port}", "--database-url", ledger_url],
+        env=env, stderr=log.open("w"))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -45,7 +47,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                 assert proc.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, "daemon did not come up"
                 time.sleep(0.1)
-        yield url, tmp_path / "state"
+        yield url, ledger_url
         proc.send_signal(signal.SIGTERM)
         # uvicorn re-raises the signal once shut down, so -SIGTERM is a clean stop too.
         assert proc.wait(20) in (0, -signal.SIGTERM)
@@ -65,8 +67,8 @@ def curl_grant(url: str, size: int) -> dict[str, object]:
     return dict(json.loads(out.stdout))
 
 
-def test_operator_walkthrough(daemon: tuple[str, Path]) -> None:
-    url, state = daemon
+def test_operator_walkthrough(daemon: tuple[str, str]) -> None:
+    url, ledger_url = daemon
     lease = curl_grant(url, 64 * MiB)
     assert lease["length"] == 64 * MiB
     fd = os.open(str(lease["chardev"]), os.O_RDWR)
@@ -95,12 +97,12 @@ def test_operator_walkthrough(daemon: tuple[str, Path]) -> None:
     devices = json.loads(run("list", "devices", "--url", url).stdout)
     assert devices[0]["live_leases"] == 1
 
-    check = run("fsck", "--state-dir", str(state))
+    check = run("fsck", "--database-url", ledger_url)
     assert check.returncode == 0 and json.loads(check.stdout)["clean"], check.stdout
-    assert run("db", "upgrade", "--state-dir", str(state)).returncode == 0
+    assert run("db", "upgrade", "--database-url", ledger_url).returncode == 0
 
 
-def test_cli_errors_are_clear(daemon: tuple[str, Path]) -> None:
+def test_cli_errors_are_clear(daemon: tuple[str, str]) -> None:
     url, _state = daemon
     bad = run("lease", "release", "nope", "--url", url)
     assert bad.returncode == 1 and json.loads(bad.stderr)["error"] == "UnknownLease"

@@ -19,8 +19,9 @@ from tests.daemon_fixtures import free_port, serving_daemon
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    with serving_daemon(tmp_path) as (_daemon, base_url):
+def url(tmp_path: Path, ledger_url: str) -> Iterator[str]:
+    """A real daemon on each database."""
+    with serving_daemon(tmp_path, database_url=ledger_url) as (_daemon, base_url):
         yield base_url
 
 
