@@ -8,12 +8,15 @@ from the ledger under a device lock, because other hosts claim from the same dev
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from poold.models import Claim, Lease
-from poold.pool import ExtentAllocator
+from poold.pool import AllocatorError, ExtentAllocator
 from poold.types import Extent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -36,8 +39,28 @@ class HostSpace:
             space.add_claim(claim.id, claim.device_id, Extent(claim.offset, claim.length),
                             align_of[claim.device_id])
         for lease in leases:
-            space._claims[lease.claim_id].leases.reserve(Extent(lease.offset, lease.length))
+            space._reserve_lease(lease)
         return space
+
+    def _reserve_lease(self, lease: Lease) -> None:
+        """Keep a live lease's bytes out of reach, even when the ledger misfiles it.
+
+        A lease whose claim is not a live claim of this host is an invariant violation (fsck
+        names it); refusing to start would strand the whole host, so its bytes are reserved in
+        whichever live claim holds them, and it is logged.
+        """
+        extent = Extent(lease.offset, lease.length)
+        home = self._claims.get(lease.claim_id)
+        if home is None or not home.extent.contains(extent):
+            home = next((c for c in self._claims.values()
+                         if c.device_id == lease.device_id and c.extent.contains(extent)), None)
+            log.error("space.misfiled_lease lease=%s claim=%s; run `poold fsck`", lease.id,
+                      lease.claim_id)
+        if home is not None:
+            try:
+                home.leases.reserve(extent)
+            except AllocatorError:
+                log.error("space.overlapping_lease lease=%s; run `poold fsck`", lease.id)
 
     def add_claim(self, claim_id: int, device_id: int, extent: Extent, align: int) -> None:
         allocator = ExtentAllocator(extent.length, align, base=extent.offset)

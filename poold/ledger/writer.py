@@ -55,30 +55,56 @@ class LedgerWriter:
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._space: HostSpace | None = None  # None: rebuild from the ledger before next use
         self._thread: threading.Thread | None = None
+        self._accepting = False
+        self._gate = threading.Lock()  # orders submit() against stop()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-writer", daemon=True)
+        with self._gate:
+            self._accepting = True
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Finish what was submitted, then stop."""
-        if self._thread is not None:
+        """Finish what was submitted before, refuse what comes after, then stop."""
+        with self._gate:
+            self._accepting = False
             self._queue.put(None)
+        if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
 
     def submit(self, command: Command[T]) -> Future[T]:
         future: Future[T] = Future()
-        if self._thread is None:
-            future.set_exception(LedgerUnavailable("the ledger writer is not running"))
-        else:
-            self._queue.put(_Item(command, future))
+        with self._gate:
+            if self._accepting:
+                self._queue.put(_Item(command, future))
+                return future
+        future.set_exception(LedgerUnavailable("the ledger writer is not running"))
         return future
 
     def run(self, command: Command[T], timeout: float | None = 60.0) -> T:
         return self.submit(command).result(timeout)
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException:
+            log.exception("ledger.writer_died")
+            raise
+        finally:
+            self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        """Nobody is left to run what is still queued: say so instead of leaving it hanging."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                _settle(item.future, False, LedgerUnavailable("the ledger writer stopped"))
+
+    def _serve(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
@@ -129,6 +155,10 @@ class LedgerWriter:
                 self._space = self._rebuild_space(session)
             tx = Tx(session, now, self._space, self._host_id, self._default_pool)
             for item in batch:
+                if not (item.future.running() or item.future.set_running_or_notify_cancel()):
+                    # The caller gave up before its turn (client gone): do not act for nobody.
+                    outcomes.append((False, None))
+                    continue
                 try:
                     outcomes.append((True, item.command(tx)))
                 except PooldError as exc:
@@ -146,6 +176,8 @@ class LedgerWriter:
 
 def _settle(future: Future[Any], ok: bool, value: Any) -> None:
     """Hand a result over; a caller that gave up (cancelled future) just does not hear it."""
+    if future.cancelled():
+        return
     try:
         if ok:
             future.set_result(value)

@@ -58,7 +58,7 @@ def sliced(make_ledger: LedgerFactory) -> Ledger:
 
 def test_real_traffic_leaves_a_clean_ledger(sliced: Ledger, clock: ManualClock) -> None:
     granted = [grant(sliced, 6 * MiB) for _ in range(6)]
-    short = grant(sliced, 2 * MiB, ttl_s=5)
+    grant(sliced, 2 * MiB, ttl_s=5)  # expires, and the reaper finalises it
     end(sliced, leases.release, granted[0])
     end(sliced, leases.release, granted[0])  # idempotent, no second event
     end(sliced, leases.revoke, granted[3])
@@ -67,7 +67,6 @@ def test_real_traffic_leaves_a_clean_ledger(sliced: Ledger, clock: ManualClock) 
     report = check(sliced)
     assert report.clean, report.violations
     assert (report.leases, report.claims, report.warnings) == (4, 3, [])
-    assert short.id not in {lease.id for lease in granted}
 
 
 def set_lease(conn: Connection, lease: LeaseView, **values: object) -> None:
@@ -103,7 +102,7 @@ def delete_event(kind: EventKind) -> Callable[[Connection, LeaseView], None]:
     (misalign, "is not aligned to 2097152"),
     (move_past_device_end, "lies outside emu0 of size 67108864"),
     (move_out_of_claim, "sticks out of claim"),
-    (give_claim_to_another_host, "of host host-a lies in claim 1 of host host-b"),
+    (give_claim_to_another_host, "of host host-b"),
     (delete_event(EventKind.LEASE_GRANTED), "has no lease.granted event"),
 ], ids=lambda x: getattr(x, "__name__", None))
 def test_each_corruption_of_a_live_lease_is_reported(
