@@ -6,20 +6,23 @@ from fastapi import FastAPI
 from starlette.types import Lifespan
 
 from api import errors
-from api.routers import inventory, leases
+from api.routers import hosts, inventory, leases
 from api.schemas import Health
 from poold import __version__
 from poold.ledger.ledger import Ledger
 
 
-def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
+def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
+               sysfs_root: str = "/sys") -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.")
     app.state.ledger = ledger
+    app.state.sysfs_root = sysfs_root
     errors.install(app)
     app.include_router(leases.router)
     app.include_router(inventory.router)
+    app.include_router(hosts.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -26,6 +26,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.UnknownLease: 404,
     errors.UnknownPool: 404,
     errors.UnknownDevice: 404,
+    errors.UnknownHost: 404,
     errors.Conflict: 409,
     errors.LeaseNotActive: 409,
     errors.IdempotencyConflict: 409,

@@ -112,3 +112,38 @@ class Health(BaseModel):
 class ErrorBody(BaseModel):
     error: str = Field(description="The error class, e.g. NoCapacity; the SDK raises the same.")
     detail: Any
+
+
+class HostMemory(BaseModel):
+    total: int
+    available: int
+    used: int
+    swap_total: int
+    swap_used: int
+
+
+class NumaNode(BaseModel):
+    node: int
+    cpulist: str
+    has_cpu: bool
+    mem_total: int | None
+    mem_free: int | None
+    memory_tier: int | None
+
+
+class Host(BaseModel):
+    """A host in the ledger; memory figures only for the host that answers (it can measure
+    its own)."""
+
+    id: str
+    name: str
+    state: str
+    registered_at: datetime
+    last_seen_at: datetime
+    heartbeat_age_s: float
+    claims: int
+    claimed_bytes: int
+    live_leases: int
+    leased_bytes: int
+    memory: HostMemory | None = None
+    numa_nodes: list[NumaNode] | None = None

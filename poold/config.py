@@ -83,6 +83,22 @@ class Settings(BaseSettings):
         default=DEFAULT_ALIGN,
         description="Alignment of the emulated device in bytes: 2 MiB, like devdax on x86-64.",
     )
+    sysfs_root: Path = Field(
+        default=Path("/sys"), description="sysfs to discover CXL and DAX devices in (a recorded "
+        "tree for tests and demos)."
+    )
+    discover_dax: bool = Field(
+        default=True, description="Lease the dax devices sysfs shows (devdax mode). Off: only the "
+        "emulated device."
+    )
+    rescan_interval_s: float = Field(
+        default=30.0, gt=0, description="Seconds between full rescans; udev events trigger one "
+        "sooner, this catches what udev missed."
+    )
+    watch_udev: bool = Field(
+        default=True, description="Follow hotplug through udev (netlink); without it, only the "
+        "periodic rescan sees changes."
+    )
     default_pool: str = Field(default="default", description="Pool that new devices join.")
     default_ttl_s: int = Field(
         default=60, gt=0, description="Seconds a lease lives without keepalive when none is asked."

@@ -36,6 +36,10 @@ class UnknownDevice(NotFound):
     pass
 
 
+class UnknownHost(NotFound):
+    pass
+
+
 class Conflict(PooldError):
     """Base for requests that clash with the ledger's current state."""
 

@@ -69,6 +69,7 @@ class EventKind(StrEnum):
     LEASE_RELEASED = "lease.released"
     LEASE_EXPIRED = "lease.expired"
     LEASE_REVOKED = "lease.revoked"
+    LEASE_LOST = "lease.lost"
     CLAIM_CREATED = "claim.created"
     CLAIM_RELEASED = "claim.released"
     DEVICE_ADDED = "device.added"

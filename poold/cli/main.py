@@ -1,4 +1,4 @@
-"""`poold`: serve, list, lease, fsck, db. Subcommands print JSON with the API's keys.
+"""`poold`: serve, list, lease, discover, fsck, db. Subcommands print JSON with the API's keys.
 
 Commands that act on a running daemon (list, lease) talk to its API; commands that act on the
 ledger itself (fsck, db) open it directly with the same settings as `serve`.
@@ -15,10 +15,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from drivers import DriverFailure
+from drivers.topology import scan
 from poold import db, errors
 from poold.cli.output import print_json, print_table
 from poold.client.http import PooldClient
 from poold.config import Settings, load_settings
+from poold.inventory.discovery import discover_json
 from poold.ledger.clock import DatabaseClock
 from poold.ledger.fsck import fsck
 from poold.types import parse_size
@@ -35,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"poold: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `poold discover | head`
+        sys.stderr.close()
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("id")
         _api_options(cmd)
         cmd.set_defaults(func=_lease_action, action=action)
+
+    discover = sub.add_parser("discover", help="print the CXL/DAX topology this host has, and "
+                              "which dax devices poold can lease")
+    discover.add_argument("--sysfs-root", type=Path, default=Path("/sys"),
+                          help="a sysfs tree (default /sys; a recorded tree for tests)")
+    discover.set_defaults(func=_discover)
 
     check = sub.add_parser("fsck", help="check the ledger's invariants; exit 1 on a violation")
     _ledger_options(check)
@@ -139,6 +151,17 @@ def _lease_action(args: argparse.Namespace) -> int:
     with _client(args) as client:
         info = client.release(args.id) if args.action == "release" else client.keepalive(args.id)
         print_json(info.model_dump(mode="json"))
+    return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    if not (args.sysfs_root / "devices").is_dir():
+        raise ValueError(f"{args.sysfs_root} is not a sysfs tree (no devices/ in it)")
+    try:
+        topology = scan(args.sysfs_root)
+    except DriverFailure as exc:
+        raise errors.DriverError(str(exc)) from exc
+    print_json(discover_json(topology))
     return 0
 
 

@@ -1,8 +1,9 @@
 """Daemon: settings in, a serving poold out.
 
 The one place that builds objects: migrates the ledger, opens it, registers this host, its pool
-and its devices, builds the API and runs the background tasks (reaper and heartbeat) with the
-server. Nothing below this module creates engines, writers or tasks on its own.
+and its devices, builds the API, and runs the background tasks with the server: the reaper and
+heartbeat, the periodic rescan, and the udev watcher. Nothing below this module creates engines,
+writers, threads or tasks on its own.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
+from drivers import DriverFailure
 from drivers.emulated import default_backing_dir, ensure_emulated_device
+from drivers.topology import scan
+from drivers.udev import UdevMonitor, open_monitor
 from poold import db
 from poold.config import Settings
+from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.tasks import every
-from poold.inventory import DeviceSpec, spec_from_emulated
+from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
 from poold.ledger import leases, registry
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
@@ -32,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class Daemon:
-    def __init__(self, settings: Settings, clock: LedgerClock | None = None) -> None:
+    def __init__(self, settings: Settings, clock: LedgerClock | None = None,
+                 monitor: UdevMonitor | None = None) -> None:
         self.settings = settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         db.upgrade(settings.ledger_url)
@@ -42,23 +48,48 @@ class Daemon:
             batch_max=settings.commit_batch_max,
         )
         self.ledger.start()
-        self.ledger.run(partial(self._register, specs=self._discover()))
-        self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan)
+        try:
+            specs: list[DeviceSpec] | None = self.discover()
+        except DriverFailure:
+            specs = None  # start anyway, leave devices as the ledger has them; rescans retry
+        self.ledger.run(partial(self._register, specs=specs))
+        if monitor is None and settings.watch_udev and settings.discover_dax:
+            monitor = open_monitor()
+        self.hotplug = HotplugWatcher(monitor, self.rescan) if monitor is not None else None
+        self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan,
+                                       sysfs_root=str(settings.sysfs_root))
 
-    def _discover(self) -> list[DeviceSpec]:
+    def discover(self) -> list[DeviceSpec]:
+        """Every device this host offers now: the emulated one, and dax devices from sysfs."""
         specs = []
-        if self.settings.emulate_size:
-            directory = self.settings.emulate_dir or default_backing_dir(
-                self.settings.emulate_size, self.settings.state_dir)
-            path = Path(directory) / f"poold-{self.settings.host_id}-emu0"
-            device = ensure_emulated_device("emu0", path, self.settings.emulate_size,
-                                            self.settings.emulate_align)
-            specs.append(spec_from_emulated(device))
+        s = self.settings
+        if s.emulate_size:
+            directory = s.emulate_dir or default_backing_dir(s.emulate_size, s.state_dir)
+            path = Path(directory) / f"poold-{s.host_id}-emu0"
+            specs.append(spec_from_emulated(
+                ensure_emulated_device("emu0", path, s.emulate_size, s.emulate_align)))
+        if s.discover_dax:
+            try:
+                specs.extend(specs_from_topology(scan(s.sysfs_root)))
+            except DriverFailure:
+                # One unreadable attribute must not make every device look gone: keep the
+                # ledger as it is and try again at the next rescan.
+                log.exception("inventory.scan_failed root=%s", s.sysfs_root)
+                raise
         return specs
 
-    def _register(self, tx: Tx, specs: list[DeviceSpec]) -> None:
+    def rescan(self) -> None:
+        """Reconcile the ledger with what sysfs shows now (hotplug, periodic fallback)."""
+        specs = self.discover()
+        self.ledger.run(partial(self._reconcile, specs=specs))
+
+    def _register(self, tx: Tx, specs: list[DeviceSpec] | None) -> None:
+        registry.register_host(tx, self.settings.host_name)
+        if specs is not None:
+            self._reconcile(tx, specs)
+
+    def _reconcile(self, tx: Tx, specs: list[DeviceSpec]) -> None:
         s = self.settings
-        registry.register_host(tx, s.host_name)
         pool = registry.ensure_pool(tx, registry.PoolPolicy(
             name=s.default_pool, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s,
@@ -74,17 +105,26 @@ class Daemon:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
-        reaper = asyncio.create_task(every(self.settings.reap_interval_s, "reaper", self.tick))
-        log.info("daemon.started host=%s listen=%s ledger=%s", self.settings.host_id,
-                 self.settings.listen, self.ledger.url.split("@")[-1])
+        s = self.settings
+        tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick))]
+        if s.discover_dax:
+            tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan", self.rescan)))
+        if self.hotplug is not None:
+            self.hotplug.start()
+        log.info("daemon.started host=%s listen=%s ledger=%s udev=%s", s.host_id, s.listen,
+                 self.ledger.url.split("@")[-1], self.hotplug is not None)
         try:
             yield
         finally:
-            reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
+            if self.hotplug is not None:
+                self.hotplug.stop()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             self.ledger.close()
-            log.info("daemon.stopped host=%s", self.settings.host_id)
+            log.info("daemon.stopped host=%s", s.host_id)
 
     def serve(self) -> None:
         config = uvicorn.Config(self.app, host=self.settings.listen_host,

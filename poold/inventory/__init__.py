@@ -4,6 +4,6 @@ Owns the mapping from kernel objects to poold devices (identity, kind, chardev, 
 storing them to the ledger, which reconciles specs into device rows.
 """
 
-from poold.inventory.specs import DeviceSpec, spec_from_emulated
+from poold.inventory.specs import DeviceSpec, spec_from_emulated, specs_from_topology
 
-__all__ = ["DeviceSpec", "spec_from_emulated"]
+__all__ = ["DeviceSpec", "spec_from_emulated", "specs_from_topology"]

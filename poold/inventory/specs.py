@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drivers.emulated import EmulatedDevice
+from drivers.topology import Topology
+from poold.inventory.discovery import backing, identity
 from poold.types import DeviceKind
 
 
@@ -28,3 +30,22 @@ def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:
         size=device.size,
         align=device.align,
     )
+
+
+def specs_from_topology(topology: Topology) -> list[DeviceSpec]:
+    """Every enabled dax device with memory: devdax ones are leased by mapping their chardev;
+    system-ram ones are tracked (same identity) so a mode change is seen as a change, not as a
+    device vanishing and another appearing."""
+    specs = []
+    for region in topology.dax_regions:
+        back = backing(topology, region)
+        for device in region.devices:
+            if not device.enabled or device.size == 0:
+                continue
+            kind = DeviceKind.SYSTEM_RAM if device.mode == "system-ram" else DeviceKind.DEVDAX
+            specs.append(DeviceSpec(
+                uid=identity(region, device, back), kind=kind, devname=device.chardev,
+                chardev=f"/dev/{device.chardev}", size=device.size,
+                align=device.align or region.align or 4096, numa_node=device.target_node,
+            ))
+    return specs

@@ -24,6 +24,7 @@ _EVENT_FOR_STATE = {
     LeaseState.RELEASED: EventKind.LEASE_RELEASED,
     LeaseState.EXPIRED: EventKind.LEASE_EXPIRED,
     LeaseState.REVOKED: EventKind.LEASE_REVOKED,
+    LeaseState.LOST: EventKind.LEASE_LOST,
 }
 
 

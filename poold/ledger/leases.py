@@ -34,6 +34,7 @@ from poold.pool import ExtentAllocator
 from poold.types import (
     MAX_BYTES,
     ClaimState,
+    DeviceKind,
     DeviceState,
     EventKind,
     Extent,
@@ -42,6 +43,8 @@ from poold.types import (
 )
 
 REAP_BATCH = 500
+# Kinds whose chardev a client maps; system-ram devices are NUMA memory (leased in issue 4).
+MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED)
 
 
 @dataclass(slots=True)
@@ -202,7 +205,7 @@ def _candidates(tx: Tx, pool: Pool, request: GrantRequest) -> list[tuple[Device,
     devices = [
         d for d in repo.list_devices(tx.session, pool.id)
         if d.state == DeviceState.ONLINE and d.host_id in (None, tx.host_id)
-        and request.device in (None, d.devname)
+        and d.kind in MAPPABLE_KINDS and request.device in (None, d.devname)
         and request.numa_node in (None, d.numa_node)
     ]
     fitting = [(d, round_up(request.size, d.align)) for d in devices]

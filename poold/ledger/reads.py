@@ -10,9 +10,9 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from poold.errors import UnknownLease, UnknownPool
+from poold.errors import UnknownHost, UnknownLease, UnknownPool
 from poold.ledger import repository as repo
-from poold.ledger.views import DeviceView, EventView, LeaseView, PoolView
+from poold.ledger.views import DeviceView, EventView, HostView, LeaseView, PoolView
 from poold.models import Claim, Device, Lease
 from poold.types import DeviceState, LeaseState
 
@@ -91,3 +91,25 @@ def events(session: Session, *, limit: int = 100, after_id: int | None = None,
     found = repo.list_events(session, limit=limit, after_id=after_id, lease_id=lease_id,
                              kind=kind)
     return [EventView.build(e) for e in found]
+
+
+def hosts(session: Session, now: datetime) -> list[HostView]:
+    claimed = repo.bytes_by_host(session, Claim, None)
+    leased = repo.bytes_by_host(session, Lease, now)
+    return [
+        HostView(
+            id=h.id, name=h.name, state=h.state, registered_at=h.registered_at,
+            last_seen_at=h.last_seen_at,
+            heartbeat_age_s=max(0.0, (now - h.last_seen_at).total_seconds()),
+            claims=claimed.get(h.id, (0, 0))[1], claimed_bytes=claimed.get(h.id, (0, 0))[0],
+            live_leases=leased.get(h.id, (0, 0))[1], leased_bytes=leased.get(h.id, (0, 0))[0],
+        )
+        for h in repo.list_hosts(session)
+    ]
+
+
+def host(session: Session, host_id: str, now: datetime) -> HostView:
+    for view in hosts(session, now):
+        if view.id == host_id:
+            return view
+    raise UnknownHost(f"no host {host_id!r}")

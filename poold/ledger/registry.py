@@ -14,7 +14,7 @@ from poold.inventory import DeviceSpec
 from poold.ledger import repository as repo
 from poold.ledger.leases import Tx
 from poold.models import Device, Host, Pool
-from poold.types import DeviceState, EventKind, HostState
+from poold.types import DeviceState, EventKind, Extent, HostState
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec], pool: Pool) -> None:
             repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
                            actor="inventory", host_id=tx.host_id, device_id=device.id,
                            devname=device.devname)
+            lose_leases(tx, device, f"device {device.devname} disappeared")
 
 
 def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
@@ -89,8 +90,8 @@ def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
 
 
 def _update_device(tx: Tx, device: Device, spec: DeviceSpec) -> None:
-    wanted = {
-        "devname": spec.devname, "chardev": spec.chardev, "size": spec.size,
+    wanted: dict[str, object] = {
+        "kind": spec.kind, "devname": spec.devname, "chardev": spec.chardev, "size": spec.size,
         "align": spec.align, "numa_node": spec.numa_node,
     }
     if device.state == DeviceState.MISSING:
@@ -107,6 +108,26 @@ def _update_device(tx: Tx, device: Device, spec: DeviceSpec) -> None:
     repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor="inventory",
                    host_id=tx.host_id, device_id=device.id,
                    changed={k: str(v) for k, v in changed.items()})
+    if {"kind", "chardev", "align"} & changed.keys():
+        # What clients mapped is no longer what the device is: their leases cannot go on.
+        lose_leases(tx, device, f"device {device.devname} changed: {', '.join(sorted(changed))}")
+
+
+def lose_leases(tx: Tx, device: Device, reason: str) -> int:
+    """End every live lease on a device whose memory went away, with a lease.lost event each;
+    holders learn at their next keepalive (LeaseNotActive) and must stop using the memory."""
+    lost = 0
+    for lease in repo.live_leases_on_device(tx.session, device.id):
+        if not repo.lose_lease(tx.session, lease.id, tx.now):
+            continue
+        if lease.host_id == tx.host_id:
+            tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+        repo.add_event(tx.session, at=tx.now, kind=EventKind.LEASE_LOST, actor="inventory",
+                       host_id=lease.host_id, device_id=device.id, lease_id=lease.id,
+                       offset=lease.offset, length=lease.length, generation=lease.generation,
+                       reason=reason)
+        lost += 1
+    return lost
 
 
 def _claimed_end(tx: Tx, device: Device) -> int:

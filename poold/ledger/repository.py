@@ -223,3 +223,32 @@ def mark_device(session: Session, device_id: int, state: DeviceState, now: datet
         .values(state=state, updated_at=now)
     )
     return cast(CursorResult[Any], result).rowcount
+
+
+def live_leases_on_device(session: Session, device_id: int) -> Sequence[Lease]:
+    return session.scalars(
+        select(Lease).where(Lease.device_id == device_id, Lease.state == LeaseState.ACTIVE)
+    ).all()
+
+
+def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
+    """The memory under an active lease is gone (device vanished or changed mode): 0 rows when
+    the lease had already ended."""
+    result = session.execute(
+        update(Lease)
+        .where(Lease.id == lease_id, Lease.state == LeaseState.ACTIVE)
+        .values(state=LeaseState.LOST, ended_at=now)
+    )
+    return cast(CursorResult[Any], result).rowcount
+
+
+def bytes_by_host(session: Session, model: type[Claim] | type[Lease], now: datetime | None
+                  ) -> dict[str, tuple[int, int]]:
+    """{host_id: (live bytes, live count)} of live claims or leases."""
+    query = select(model.host_id, func.sum(model.length), func.count()).where(
+        model.state == "active"
+    )
+    if model is Lease and now is not None:
+        query = query.where(Lease.expires_at > now)
+    rows = session.execute(query.group_by(model.host_id))
+    return {host_id: (int(total or 0), int(count)) for host_id, total, count in rows}

@@ -123,3 +123,17 @@ class EventView:
             lease_id=event.lease_id,
             details=dict(event.details),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    id: str
+    name: str
+    state: str
+    registered_at: datetime
+    last_seen_at: datetime
+    heartbeat_age_s: float
+    claims: int
+    claimed_bytes: int
+    live_leases: int
+    leased_bytes: int

@@ -121,3 +121,20 @@ def test_config_file_and_missing_config(tmp_path: Path) -> None:
     assert (tmp_path / "s" / "ledger.sqlite3").exists()
     missing = run("fsck", "--config", str(tmp_path / "absent.toml"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_discover_prints_the_topology(tmp_path: Path) -> None:
+    from drivers.topology import scan
+    from poold.inventory.discovery import discover_json
+    from tests.sysfs_trees import extract
+
+    tree = extract("sysfs-e-hmem-kmem", tmp_path) / "sys"
+    out = run("discover", "--sysfs-root", str(tree))
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert printed == json.loads(json.dumps(discover_json(scan(tree))))
+    assert {"memdevs", "regions", "dax_regions", "dax_devices", "numa_nodes"} <= printed.keys()
+    verdicts = {d["chardev"]: d["leasable"] for d in printed["dax_devices"]}
+    assert verdicts == {"dax0.0": False, "dax0.1": False, "dax0.2": True, "dax0.3": True}
+    bad = run("discover", "--sysfs-root", str(tmp_path / "nothing"))
+    assert bad.returncode == 2 and "not a sysfs tree" in bad.stderr
