@@ -1,0 +1,139 @@
+"""BlockIndex: which key lives in which slot, and who may evict it.
+
+Ties the key -> slot map to the eviction policy (LRU-K with priority classes), the pins and the
+session holds, so the three never disagree: a key is in the policy exactly when it is in the map,
+and every session hold is one pin. It frees slots of evicted blocks but never touches their bytes;
+reading and writing memory is the store's job. Not thread-safe: the store calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from poold.kv.eviction import LRUK
+from poold.kv.leases import LeaseSlab
+from poold.kv.sessions import SessionTable
+
+
+@dataclass(frozen=True)
+class Location:
+    slab: LeaseSlab
+    slot: int
+    priority: str
+
+    @property
+    def offset(self) -> int:
+        return self.slab.slab.offset(self.slot)
+
+
+class BlockIndex:
+    def __init__(self, priorities: Mapping[str, int], *, correlated_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.priorities = dict(priorities)
+        self._clock = clock
+        self._where: dict[bytes, Location] = {}
+        self._policy: LRUK[bytes] = LRUK(2, clock=clock, correlated_s=correlated_s)
+        self._sessions = SessionTable(clock)
+        self.counts: Counter[str] = Counter()
+        self.evicted_by: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    @property
+    def pinned(self) -> int:
+        return self._policy.pinned_count
+
+    @property
+    def sessions(self) -> int:
+        return len(self._sessions)
+
+    def rank(self, priority: str) -> int:
+        try:
+            return self.priorities[priority]
+        except KeyError:
+            raise ValueError(f"unknown priority {priority!r}; known: "
+                             f"{sorted(self.priorities)}") from None
+
+    def get(self, key: bytes) -> Location | None:
+        return self._where.get(key)
+
+    def add(self, key: bytes, slab: LeaseSlab, slot: int, priority: str) -> None:
+        self._where[key] = Location(slab, slot, priority)
+        slab.keys[slot] = key
+        self._policy.insert(key, self.rank(priority))
+
+    def touch(self, key: bytes) -> None:
+        self._policy.touch(key)
+
+    def evict_one(self) -> bool:
+        """Evict the policy's victim and free its slot; False when every block is pinned."""
+        key = self._policy.pop_victim()
+        if key is None:
+            return False
+        where = self._where.pop(key)
+        where.slab.free(where.slot, self._clock())
+        self.counts["evictions"] += 1
+        self.evicted_by[where.priority] += 1
+        return True
+
+    def discard(self, key: bytes) -> bool:
+        """Remove an unpinned block and free its slot; pinned or absent blocks stay."""
+        where = self._where.get(key)
+        if where is None or self._policy.pins(key):
+            return False
+        self._forget(key)
+        where.slab.free(where.slot, self._clock())
+        return True
+
+    def drop_slab(self, slab: LeaseSlab) -> int:
+        """Forget every block of a slab the store no longer holds (pins and holds included);
+        its slots are not freed, they went with the lease. Returns how many blocks went."""
+        keys = list(slab.keys.values())
+        for key in keys:
+            self._forget(key)
+        slab.keys.clear()
+        return len(keys)
+
+    def pin(self, keys: Iterable[bytes]) -> int:
+        pinned = 0
+        for key in keys:
+            if key in self._where:
+                self._policy.pin(key)
+                pinned += 1
+        return pinned
+
+    def unpin(self, keys: Iterable[bytes]) -> int:
+        return sum(self._policy.unpin(key) for key in keys)
+
+    def hold(self, session: str, keys: Iterable[bytes], ttl_s: float) -> int:
+        """Hold the present `keys` for `session` until now + ttl_s (each key pinned once per
+        session); returns how many of them the session holds now."""
+        present = [k for k in keys if k in self._where]
+        self.pin(self._sessions.hold(session, present, ttl_s))
+        return len(present)
+
+    def extend(self, session: str, ttl_s: float) -> bool:
+        return self._sessions.extend(session, ttl_s)
+
+    def end_session(self, session: str) -> int:
+        return self.unpin(self._sessions.end(session))
+
+    def expire_sessions(self) -> int:
+        return sum(self.unpin(keys) for _name, keys in self._sessions.expire())
+
+    def order(self) -> list[bytes]:
+        """Unpinned keys, next victim first."""
+        return self._policy.order()
+
+    def _forget(self, key: bytes) -> None:
+        where = self._where.pop(key)
+        where.slab.keys.pop(where.slot, None)
+        self._policy.remove(key)  # drops its pins, session holds included
+        self._sessions.forget(key)

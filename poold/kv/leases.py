@@ -1,0 +1,179 @@
+"""The leases under a store: grow within a budget, give idle ones back, notice lost ones.
+
+Each `LeaseSlab` is one lease, its mapping and the slots carved from it. `LeaseSet` grants a new
+lease when the store is full and the budget allows, releases a lease whose slots have all been
+free for `idle_release_s`, and hands back the slabs whose lease the keepalive thread marked lost.
+It owns no keys: the store drops the blocks of a lost slab from its index.
+
+Not thread-safe by itself: the store calls it under its lock. The one field another thread
+changes is `Lease.lost_reason`, flipped by the lease's keepalive thread at any instant, so `usable`
+reads it afresh every time and nothing caches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from poold import errors
+from poold.client import Lease, Mapping, PooldClient
+from poold.kv.slab import Slab
+
+log = logging.getLogger(__name__)
+
+
+class LeaseSlab:
+    def __init__(self, lease: Lease, block_size: int, now: float) -> None:
+        self.lease = lease
+        self.slab = Slab(lease.info.length, block_size)
+        self.mapping: Mapping | None = lease.map()
+        self.keys: dict[int, bytes] = {}  # slot -> key of each committed block
+        self.dead_reason: str | None = None  # set once the store stopped using this lease
+        self.idle_since: float | None = now  # when the last slot became free; None: in use
+
+    @property
+    def id(self) -> str:
+        return self.lease.id
+
+    @property
+    def length(self) -> int:
+        return self.lease.info.length
+
+    @property
+    def usable(self) -> bool:
+        """False once the store gave the lease up or the keepalive thread found it lost."""
+        return self.dead_reason is None and not self.lease.lost
+
+    def buffer(self) -> memoryview:
+        """The mapping, or LeaseLost once the lease is gone (never the old memory)."""
+        if not self.usable or self.mapping is None:
+            raise errors.LeaseLost(f"lease {self.id} is no longer held")
+        return self.mapping.buffer
+
+    def alloc(self) -> int | None:
+        slot = self.slab.alloc()
+        if slot is not None:
+            self.idle_since = None
+        return slot
+
+    def free(self, slot: int, now: float) -> None:
+        self.keys.pop(slot, None)
+        self.slab.free(slot)
+        if self.slab.empty:
+            self.idle_since = now
+
+    def close(self, reason: str) -> None:
+        """Stop using the lease: unmap (views still exported keep the pages until they go) and
+        release it; a lost lease's release is refused or moot, which is fine."""
+        self.dead_reason = self.dead_reason or reason
+        if self.mapping is not None:
+            self.mapping.close()
+            self.mapping = None
+        with contextlib.suppress(errors.PooldError):
+            self.lease.release()
+
+
+class LeaseSet:
+    def __init__(self, client: PooldClient, *, block_size: int, lease_bytes: int,
+                 budget_bytes: int, ttl_s: int, idle_release_s: float,
+                 labels: dict[str, str] | None = None, pool: str | None = None,
+                 grow_backoff_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if lease_bytes < block_size:
+            raise ValueError("lease_bytes must hold at least one block")
+        if budget_bytes < lease_bytes:
+            raise ValueError("budget_bytes must allow at least one lease")
+        self._client = client
+        self.block_size, self.lease_bytes, self.budget_bytes = block_size, lease_bytes, budget_bytes
+        self.ttl_s, self.idle_release_s = ttl_s, idle_release_s
+        self._labels, self._pool = labels or {}, pool
+        self._backoff_s = grow_backoff_s
+        self._clock = clock
+        self._no_grow_until = float("-inf")
+        self.slabs: list[LeaseSlab] = []
+        self.granted = self.released = self.lost = self.grow_failures = self.budget_refusals = 0
+
+    @property
+    def leased_bytes(self) -> int:
+        return sum(s.length for s in self.slabs)
+
+    @property
+    def capacity_blocks(self) -> int:
+        return sum(s.slab.slots for s in self.slabs)
+
+    @property
+    def used_blocks(self) -> int:
+        return sum(s.slab.used for s in self.slabs)
+
+    def alloc(self) -> tuple[LeaseSlab, int] | None:
+        """A free slot from the oldest usable lease that has one: filling old leases first
+        lets the newest drain, go idle and be given back."""
+        for slab in self.slabs:
+            if slab.usable:
+                slot = slab.alloc()
+                if slot is not None:
+                    return slab, slot
+        return None
+
+    def grow(self) -> LeaseSlab | None:
+        """Lease `lease_bytes` more if the budget allows and the daemon grants it, else None."""
+        if self.leased_bytes + self.lease_bytes > self.budget_bytes:
+            self.budget_refusals += 1
+            return None
+        if self._clock() < self._no_grow_until:
+            return None  # the daemon just said no; do not ask again on every put
+        try:
+            lease = self._client.lease(self.lease_bytes, ttl_s=self.ttl_s, pool=self._pool,
+                                       labels=self._labels)
+        except errors.PooldError as exc:
+            self.grow_failures += 1
+            self._no_grow_until = self._clock() + self._backoff_s
+            log.warning("kv.grow_failed error=%s detail=%s", type(exc).__name__, exc)
+            return None
+        if self.leased_bytes + lease.info.length > self.budget_bytes:
+            # Rounded up to the device's align past the budget: give it back, and stop asking.
+            with contextlib.suppress(errors.PooldError):
+                lease.release()
+            self.budget_refusals += 1
+            self._no_grow_until = float("inf")
+            return None
+        try:
+            slab = LeaseSlab(lease, self.block_size, self._clock())
+        except errors.PooldError as exc:  # cannot map it (permissions, a lease lost at once)
+            with contextlib.suppress(errors.PooldError):
+                lease.release()
+            self.grow_failures += 1
+            self._no_grow_until = self._clock() + self._backoff_s
+            log.warning("kv.map_failed lease=%s detail=%s", lease.id, exc)
+            return None
+        self.slabs.append(slab)
+        self.granted += 1
+        log.info("kv.lease_granted lease=%s length=%d", lease.id, lease.info.length)
+        return slab
+
+    def take_lost(self) -> list[LeaseSlab]:
+        """Remove and return every slab whose lease went lost since the last call."""
+        lost = [s for s in self.slabs if not s.usable]
+        if lost:
+            self.slabs = [s for s in self.slabs if s not in lost]
+            self.lost += len(lost)
+            # Leases can be lost because the daemon is in trouble; let growth try again.
+            self._no_grow_until = min(self._no_grow_until, self._clock())
+        return lost
+
+    def take_idle(self) -> list[LeaseSlab]:
+        """Remove and return the slabs that have been empty for idle_release_s."""
+        now = self._clock()
+        idle = [s for s in self.slabs if s.idle_since is not None
+                and now - s.idle_since >= self.idle_release_s]
+        if idle:
+            self.slabs = [s for s in self.slabs if s not in idle]
+            self.released += len(idle)
+        return idle
+
+    def take_all(self) -> list[LeaseSlab]:
+        slabs, self.slabs = self.slabs, []
+        self.released += len(slabs)
+        return slabs

@@ -1,0 +1,263 @@
+"""KVStore: fixed-size KV blocks in leased memory, for an inference engine's offload tier.
+
+One engine process owns a store: the index lives here, the bytes in leases the store takes from
+poold as it fills (up to `budget_bytes`) and gives back when they sit empty. Puts copy into free
+slots, evicting by LRU-K with priority classes when full; gets copy out, into a caller's buffer,
+or hand out zero-copy views. Every call takes many blocks, so small blocks are not capped by
+per-call overhead.
+
+Lease loss: a lease's keepalive thread may flip `lease.lost` at any instant. Copies re-check it
+(poold.kv.copies); every call drops a lost lease's blocks from the index, unmaps it and records it
+(`lost_leases()`, `stats().lost`). A put whose lease was lost by the time it commits is not
+indexed; a get whose lease was lost by the end of its copy is a miss. What no client can prevent
+is the window between the daemon revoking a lease and the keepalive thread hearing of it.
+
+Threads: one lock guards the index and the leases. A put reserves slots under the lock, copies
+outside it (nobody reads a reserved slot) and commits under it, so the asynchronous worker's
+copies do not stall the engine's gets. Gets copy under the lock, so an eviction cannot reuse a
+slot mid-read. Growing and releasing leases (HTTP to the local daemon) happen under the lock;
+they are rare.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from poold.client import PooldClient
+from poold.kv.buffers import output_view, split_blocks
+from poold.kv.copies import read_blocks, write_blocks
+from poold.kv.stats import BlockLocation, KVStats, LostLease
+from poold.kv.tier import Tier
+from poold.kv.worker import Worker
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from poold.kv.buffers import Blocks, BufferLike
+
+# Lower ranks are evicted first; a whole class goes before any block of a higher one.
+DEFAULT_PRIORITIES: dict[str, int] = {"vision": 0, "default": 1, "system": 2}
+
+
+class KVStore:
+    def __init__(self, client: PooldClient, block_size: int, budget_bytes: int,
+                 lease_bytes: int, *, ttl_s: int = 30,
+                 priorities: Mapping[str, int] | None = None,
+                 session_ttl_s: float = 60.0, idle_release_s: float = 30.0,
+                 correlated_s: float = 0.0, labels: dict[str, str] | None = None,
+                 pool: str | None = None, maintenance_period_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.block_size = block_size
+        self.session_ttl_s = session_ttl_s
+        self._lock = threading.RLock()
+        self._tier = Tier(client, block_size=block_size, budget_bytes=budget_bytes,
+                          lease_bytes=lease_bytes, ttl_s=ttl_s,
+                          priorities=priorities or DEFAULT_PRIORITIES,
+                          idle_release_s=idle_release_s, correlated_s=correlated_s,
+                          labels={"poold.kv": "block-store", **(labels or {})}, pool=pool,
+                          clock=clock)
+        self._index = self._tier.index
+        self._closed = False
+        self._worker = Worker("poold-kv-worker", self.maintain, maintenance_period_s)
+
+    def __enter__(self) -> KVStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Finish pending async puts, then release every lease. Idempotent."""
+        self._worker.close()  # runs what was queued before returning; refuses new puts
+        with self._lock:
+            self._closed = True
+            self._tier.close()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put(self, key: bytes, block: BufferLike, *, priority: str = "default",
+            session: str | None = None) -> bool:
+        return self.put_many([key], [block], priority=priority, session=session)[0]
+
+    def put_many(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
+                 session: str | None = None) -> list[bool]:
+        """Store blocks: one contiguous buffer of len(keys) blocks, or one buffer each.
+        Returns, per key, whether the store holds it now. False: no room (budget spent and every
+        block pinned), or its lease was lost during the copy. `session` also holds the keys
+        for that session (see pin_session)."""
+        views = split_blocks(blocks, len(keys), self.block_size)
+        self._index.rank(priority)  # refuse an unknown class before reserving anything
+        with self._lock:
+            self._check_open()
+            self._tier.maintain()
+            held, reserved = self._tier.reserve(keys)
+        try:
+            written = write_blocks(reserved, views, self.block_size)
+        except BaseException:  # give the reserved slots back before the error goes up
+            with self._lock:
+                self._tier.commit(reserved, [False] * len(reserved), held, priority)
+            raise
+        with self._lock:
+            self._tier.commit(reserved, written, held, priority)
+            if session is not None:
+                self._index.hold(session, [k for k, ok in zip(keys, held, strict=True) if ok],
+                                 self.session_ttl_s)
+        return held
+
+    def put_async(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
+                  session: str | None = None) -> Future[list[bool]]:
+        """put_many on the background worker, in submission order; the future completes with
+        its result. Leave `blocks` unchanged until then: the copy reads them in place."""
+        keys = list(keys)
+        views = split_blocks(blocks, len(keys), self.block_size)  # bad shapes fail here, now
+        self._index.rank(priority)
+        return self._worker.submit(
+            lambda: self.put_many(keys, views, priority=priority, session=session))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for every put_async submitted so far."""
+        self._worker.flush(timeout)
+
+    def discard(self, keys: Iterable[bytes]) -> int:
+        """Drop unpinned blocks now; an emptied lease is given back after idle_release_s."""
+        with self._lock:
+            gone = sum(self._index.discard(k) for k in keys)
+            self._index.counts["discarded"] += gone
+            return gone
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def contains(self, key: bytes) -> bool:
+        return self.contains_many([key])[0]
+
+    def contains_many(self, keys: Iterable[bytes]) -> list[bool]:
+        """Which keys a get would find now (a lookup is not a reference for eviction)."""
+        with self._lock:
+            self._tier.maintain()
+            return [(w := self._index.get(k)) is not None and w.slab.usable for k in keys]
+
+    def get(self, key: bytes) -> bytes | None:
+        """A copy of the block, or None on a miss."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return self._read(keys, lambda _i, src: bytes(src))
+
+    def get_into(self, key: bytes, out: BufferLike) -> bool:
+        return self.get_many_into([key], out)[0]
+
+    def get_many_into(self, keys: Sequence[bytes], out: BufferLike) -> list[bool]:
+        """Copy block i into out[i * block_size:(i + 1) * block_size]; a miss leaves its part
+        untouched. Returns which keys hit."""
+        dst, size = output_view(out, len(keys), self.block_size), self.block_size
+
+        def copy(i: int, src: memoryview) -> bool:
+            dst[i * size:(i + 1) * size] = src
+            return True
+
+        return [got is not None for got in self._read(keys, copy)]
+
+    def get_view(self, key: bytes) -> memoryview | None:
+        return self.get_many_views([key])[0]
+
+    def get_many_views(self, keys: Sequence[bytes]) -> list[memoryview | None]:
+        """Zero-copy, read-only views into the lease. A view stays valid until its block is
+        evicted or discarded (pin it to prevent that) or its lease is lost: copy out promptly."""
+        return self._read(keys, lambda _i, src: src.toreadonly())
+
+    def get_array(self, key: bytes) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+        """A zero-copy, read-only uint8 numpy view of the block (needs numpy)."""
+        import numpy as np
+
+        view = self.get_view(key)
+        return None if view is None else np.frombuffer(view, dtype=np.uint8)
+
+    def _read(self, keys: Sequence[bytes], sink: Callable[[int, memoryview], Any]) -> list[Any]:
+        out: list[Any] = [None] * len(keys)
+        with self._lock:
+            self._check_open()
+            self._tier.maintain()
+            found = [(i, where.slab, where.offset) for i, key in enumerate(keys)
+                     if (where := self._index.get(key)) is not None]
+            read_blocks(found, self.block_size, sink, out)
+            for i, slab, _offset in found:
+                if out[i] is None:
+                    continue
+                if slab.usable:
+                    self._index.touch(keys[i])
+                else:  # lost while we copied: the bytes may be someone else's by now
+                    out[i] = None
+            self._tier.reap_lost()
+            hits = sum(x is not None for x in out)
+            self._index.counts["hits"] += hits
+            self._index.counts["misses"] += len(keys) - hits
+        return out
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def pin(self, keys: Iterable[bytes]) -> int:
+        """Pin present blocks (pins nest); a pinned block is never evicted. Returns how many."""
+        with self._lock:
+            return self._index.pin(keys)
+
+    def unpin(self, keys: Iterable[bytes]) -> int:
+        """Drop one pin from each; unpinning an unpinned or absent block is a no-op."""
+        with self._lock:
+            return self._index.unpin(keys)
+
+    def pin_session(self, session: str, keys: Iterable[bytes], ttl_s: float | None = None) -> int:
+        """Hold the present `keys` for `session` across a gap (a tool call) until
+        end_session or until ttl_s (default session_ttl_s) passes without touch_session."""
+        with self._lock:
+            self._tier.maintain()
+            return self._index.hold(session, keys, self.session_ttl_s if ttl_s is None else ttl_s)
+
+    def touch_session(self, session: str, ttl_s: float | None = None) -> bool:
+        """Push the session's deadline out; False when it already ended or expired."""
+        with self._lock:
+            self._tier.maintain()
+            return self._index.extend(session, self.session_ttl_s if ttl_s is None else ttl_s)
+
+    def end_session(self, session: str) -> int:
+        """Release the session's holds; its blocks stay cached, evictable again."""
+        with self._lock:
+            return self._index.end_session(session)
+
+    # -- inspection and upkeep -----------------------------------------------------------------
+
+    def locate(self, key: bytes) -> BlockLocation | None:
+        """Where the block's bytes are, for another process mapping the same lease."""
+        with self._lock:
+            self._tier.maintain()
+            return self._tier.locate(key)
+
+    def eviction_order(self) -> list[bytes]:
+        """Unpinned keys, next victim first."""
+        with self._lock:
+            return self._index.order()
+
+    def lost_leases(self) -> list[LostLease]:
+        """Every lease this store lost (expired or revoked under it), oldest first."""
+        with self._lock:
+            self._tier.maintain()
+            return list(self._tier.lost)
+
+    def stats(self) -> KVStats:
+        with self._lock:
+            self._tier.maintain()
+            return self._tier.stats()
+
+    def maintain(self) -> None:
+        """Expire sessions, drop lost leases, give idle ones back. Every call does this first;
+        the worker also does it while the engine is quiet."""
+        with self._lock:
+            if not self._closed:
+                self._tier.maintain()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the store is closed")

@@ -1,0 +1,99 @@
+"""A lease revoked or lost under the store: the store stops using it, reports it, and never
+writes into its memory again; a lease lost in the middle of a copy indexes nothing."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from poold.client import PooldClient
+from poold.kv import KVStore
+from poold.kv.copies import CHECK_EVERY
+from poold.kv.leases import LeaseSlab
+from poold.types import KiB, MiB
+from tests.kv.conftest import block, make_blocks, make_keys
+
+BS = 64 * KiB
+LEASE = 2 * MiB
+PER_LEASE = LEASE // BS
+
+
+def read_extent(chardev: str, offset: int, length: int) -> bytes:
+    fd = os.open(chardev, os.O_RDONLY)
+    try:
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
+        client: PooldClient) -> None:
+    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=1) as store:
+        keys, data = make_keys(PER_LEASE + 8), make_blocks(PER_LEASE + 8, BS)
+        assert all(store.put_many(keys, data))
+        doomed = store.locate(keys[0])
+        assert doomed is not None
+
+        client.raw("POST", f"/v1/leases/{doomed.lease_id}/revoke")
+        deadline = time.monotonic() + 10
+        while store.stats().leases_lost == 0:  # the keepalive thread hears of it within ttl/3
+            assert time.monotonic() < deadline, "the store never noticed the revocation"
+            time.sleep(0.05)
+        (lost,) = store.lost_leases()
+        assert lost.lease_id == doomed.lease_id and lost.blocks == PER_LEASE
+        assert "LeaseNotActive" in lost.reason
+        stats = store.stats()
+        assert (stats.lost, stats.blocks_used, stats.leases) == (PER_LEASE, 8, 1)
+        assert store.get_many(keys[:PER_LEASE]) == [None] * PER_LEASE
+        assert store.get_many(keys[PER_LEASE:]) == [block(data, i, BS)
+                                                    for i in range(PER_LEASE, len(keys))]
+
+        # Hold the freed extent ourselves so the store's next lease lands elsewhere, then
+        # check that nothing the store does afterwards changes a byte of it.
+        with client.lease(LEASE) as squatter:
+            assert squatter.info.offset == doomed.lease_offset
+            before = read_extent(doomed.chardev, doomed.lease_offset, LEASE)
+            assert before[:BS] == block(data, 0, BS)
+            more, more_data = make_keys(PER_LEASE, tag=1), make_blocks(PER_LEASE, BS, seed=1)
+            assert all(store.put_many(more, more_data))  # a fresh lease, within the budget
+            assert store.stats().leases_granted == 3 and store.stats().leases == 2
+            assert store.get_many(more) == [block(more_data, i, BS) for i in range(PER_LEASE)]
+            assert read_extent(doomed.chardev, doomed.lease_offset, LEASE) == before
+
+
+def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    bs = 16 * KiB
+    with KVStore(client, bs, budget_bytes=2 * LEASE, lease_bytes=LEASE) as store:
+        first = make_keys(1, tag=9)
+        store.put_many(first, make_blocks(1, bs))  # the lease exists before the race
+        where = store.locate(first[0])
+        assert where is not None
+        before = read_extent(where.chardev, where.lease_offset, LEASE)
+
+        original = LeaseSlab.buffer
+
+        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
+            view = original(slab)
+            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"  # keepalive flips
+            return view
+
+        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        keys, data = make_keys(100), make_blocks(100, bs, seed=3)
+        assert store.put_many(keys, data) == [False] * 100
+        monkeypatch.undo()
+
+        after = read_extent(where.chardev, where.lease_offset, LEASE)
+        # The copy that had started before the flip finishes its run of CHECK_EVERY blocks
+        # (slots 1..64; the window no client can close); nothing past it was written.
+        written_to = (1 + CHECK_EVERY) * bs
+        assert after[written_to:] == before[written_to:]
+        stats = store.stats()
+        assert (stats.leases_lost, stats.lost, stats.stored) == (1, 1, 1)
+        assert not any(store.contains_many(keys + first))
+        (lost,) = store.lost_leases()
+        assert "simulated" in lost.reason
+        assert all(store.put_many(keys[:4], data[:4 * bs]))  # growth goes on with a new lease
+        assert store.stats().leases_granted == 2
