@@ -7,10 +7,13 @@ so a garbage value is never silently taken for "absent".
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 from drivers.errors import DriverFailure
+
+_NOT_APPLICABLE = {errno.ENXIO, errno.ENODEV}
 
 # The largest value any sysfs integer we read may hold (sizes and addresses are u64).
 _U64_MAX = 2**64 - 1
@@ -59,6 +62,10 @@ def read_text(path: Path) -> str | None:
     except IsADirectoryError as exc:
         raise DriverFailure(str(path), "is a directory, not an attribute") from exc
     except OSError as exc:
+        if exc.errno in _NOT_APPLICABLE:
+            # The kernel answers ENXIO/ENODEV for attributes that do not apply to the object's
+            # current state (an unconfigured namespace's resource, an idle seed's size).
+            return None
         raise DriverFailure(str(path), f"cannot read: {exc.strerror}") from exc
     try:
         return raw.decode("ascii").strip()

@@ -6,6 +6,7 @@ sysfs stays the source of truth: an event only tells the daemon to look again.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol
 
 # The subsystems whose changes can add, remove or reshape leasable memory.
@@ -23,7 +24,10 @@ class PyudevMonitor:
         import pyudev
 
         context: Any = pyudev.Context()
-        self._monitor: Any = pyudev.Monitor.from_netlink(context)
+        # Without a running udevd (minimal hosts, containers, test guests) no "udev" events are
+        # ever sent; the kernel's own uevents still are, and they carry the subsystem too.
+        source = "udev" if os.path.exists("/run/udev/control") else "kernel"
+        self._monitor: Any = pyudev.Monitor.from_netlink(context, source=source)
         for subsystem in subsystems:
             self._monitor.filter_by(subsystem)
         self._monitor.start()
