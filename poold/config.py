@@ -100,6 +100,12 @@ class Settings(BaseSettings):
         "periodic rescan sees changes."
     )
     default_pool: str = Field(default="default", description="Pool that new devices join.")
+    device_pools: dict[str, str] = Field(
+        default_factory=dict,
+        description="Placement rules, first match wins: a glob on the device's name or identity "
+        '-> pool name, e.g. {"dax*" = "cxl", "emu*" = "default"}. Unmatched devices join '
+        "default_pool. Applies when a device first appears.",
+    )
     default_ttl_s: int = Field(
         default=60, gt=0, description="Seconds a lease lives without keepalive when none is asked."
     )

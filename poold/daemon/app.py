@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from fnmatch import fnmatch
 from functools import partial
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from poold.ledger import leases, registry
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.models import Pool
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +92,18 @@ class Daemon:
 
     def _reconcile(self, tx: Tx, specs: list[DeviceSpec]) -> None:
         s = self.settings
-        pool = registry.ensure_pool(tx, registry.PoolPolicy(
-            name=s.default_pool, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
+        pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
+            name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s,
-        ))
-        registry.reconcile_devices(tx, specs, pool)
+        )) for name in (s.default_pool, *s.device_pools.values())}
+
+        def pool_for(spec: DeviceSpec) -> Pool:
+            for pattern, name in s.device_pools.items():
+                if fnmatch(spec.devname, pattern) or fnmatch(spec.uid, pattern):
+                    return pools[name]
+            return pools[s.default_pool]
+
+        registry.reconcile_devices(tx, specs, pool_for)
 
     def tick(self) -> int:
         """One reaper pass plus this host's heartbeat; returns how many leases it finalised."""

@@ -7,7 +7,7 @@ deleted: their history and leases stay auditable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from poold.inventory import DeviceSpec
@@ -58,13 +58,17 @@ def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
     return pool
 
 
-def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec], pool: Pool) -> None:
+def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
+                      pool_for: Pool | Callable[[DeviceSpec], Pool]) -> None:
+    """Make this host's devices in the ledger match `specs`; `pool_for` places new devices
+    (a pool, or a rule from spec to pool)."""
+    place = pool_for if callable(pool_for) else (lambda _spec: pool_for)
     seen: set[str] = set()
     for spec in specs:
         seen.add(spec.uid)
         device = repo.get_device_by_uid(tx.session, spec.uid)
         if device is None:
-            _add_device(tx, spec, pool)
+            _add_device(tx, spec, place(spec))
         else:
             _update_device(tx, device, spec)
     for device in repo.list_devices(tx.session):

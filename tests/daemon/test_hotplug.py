@@ -155,3 +155,18 @@ def test_unreadable_tree_changes_nothing(daemon: Daemon, machine: Machine, tmp_p
     assert devices(daemon)["dax0.0"][1] == "online"
     assert daemon.ledger.read(lambda s, now: reads.lease(s, lease_id, now)).state \
         is LeaseState.ACTIVE
+
+
+def test_devices_join_pools_by_rule(tmp_path: Path, machine: Machine) -> None:
+    machine.show("sysfs-d-hmem-subdivided")
+    settings = Settings(state_dir=tmp_path / "rules", host_id="rules-host",
+                        sysfs_root=machine.root, watch_udev=False, emulate_size=4 * MiB,
+                        emulate_dir=tmp_path, device_pools={"dax0.[12]": "fast", "emu*": "demo"})
+    daemon = Daemon(settings, monitor=FakeMonitor())
+    try:
+        placed = {d.devname: d.pool for d in daemon.ledger.read(reads.devices)}
+        assert placed == {"dax0.1": "fast", "dax0.2": "fast", "dax0.3": "default",
+                          "emu0": "demo"}
+        assert {p.name for p in daemon.ledger.read(reads.pools)} == {"default", "fast", "demo"}
+    finally:
+        daemon.ledger.close()
