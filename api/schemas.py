@@ -147,3 +147,19 @@ class Host(BaseModel):
     leased_bytes: int
     memory: HostMemory | None = None
     numa_nodes: list[NumaNode] | None = None
+
+
+class Claim(BaseModel):
+    id: int
+    host: str
+    offset: int
+    length: int
+    created_at: datetime
+
+
+class DeviceExtents(BaseModel):
+    """A device's live claims and leases: its memory map."""
+
+    device: Device
+    claims: list[Claim]
+    leases: list[Lease]

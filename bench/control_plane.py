@@ -6,6 +6,10 @@ requests/s (grants and releases both count) and p99 latency per request, for 1 a
 against poold on SQLite (synchronous=FULL, like etcd's fsync per commit), poold on PostgreSQL
 (when reachable) and etcd's JSON gateway (when `etcd` is installed: Debian's etcd-server).
 
+Also reported: the server process's CPU time per request (user + system, from /proc), which
+depends far less than requests/s on whatever else the machine is doing, and the load average
+before the run. Servers and clients share the machine's CPUs.
+
     python bench/control_plane.py [--seconds 6] [--clients 1 16] [--out docs/bench-control-plane.md]
 """
 
@@ -85,6 +89,15 @@ PAIRS: dict[str, Callable[[http.client.HTTPConnection], None]] = {
 }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def client(protocol: str, port: int, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     pair = PAIRS[protocol]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -98,25 +111,33 @@ def client(protocol: str, port: int, seconds: float, start: float, out: mp.Queue
     out.put(latencies)
 
 
-def measure(protocol: str, port: int, clients: int, seconds: float) -> tuple[float, float]:
+Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per request
+
+
+def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) -> Point:
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
     start = time.time() + 0.5
     procs = [mp.Process(target=client, args=(protocol, port, seconds, start, out))
              for _ in range(clients)]
     for p in procs:
         p.start()
+    time.sleep(max(0.0, start - time.time()))
+    cpu = cpu_seconds(pid)
+    time.sleep(max(0.0, start + seconds - time.time()))
+    cpu = cpu_seconds(pid) - cpu
     latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
     for p in procs:
         p.join()
-    rate = 2 * len(latencies) / seconds
+    requests = 2 * len(latencies)
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
-    return rate, p99 * 1000
+    return requests / seconds, p99 * 1000, cpu / requests * 1000
 
 
 # --- servers -----------------------------------------------------------------------------------
 
 @contextmanager
-def poold_server(database_url: str | None) -> Iterator[int]:
+def poold_server(database_url: str | None) -> Iterator[tuple[int, int]]:
+    """Yields (port, pid) of a serving poold."""
     with tempfile.TemporaryDirectory() as state:
         port = free_port()
         env = {**os.environ, "POOLD_EMULATE_DIR": state, "POOLD_HOST_ID": "bench",
@@ -128,14 +149,15 @@ def poold_server(database_url: str | None) -> Iterator[int]:
         proc = subprocess.Popen(args, env=env, cwd=ROOT)
         try:
             wait_http(port, "/healthz", proc)
-            yield port
+            yield port, proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
 
 
 @contextmanager
-def etcd_server() -> Iterator[int]:
+def etcd_server() -> Iterator[tuple[int, int]]:
+    """Yields (port, pid) of a serving etcd."""
     with tempfile.TemporaryDirectory() as data:
         port, peer = free_port(), free_port()
         proc = subprocess.Popen(
@@ -147,7 +169,7 @@ def etcd_server() -> Iterator[int]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_http(port, "/version", proc)
-            yield port
+            yield port, proc.pid
         finally:
             proc.terminate()
             proc.wait(30)
@@ -196,33 +218,39 @@ def main() -> None:
     if shutil.which("etcd"):
         targets.append(("etcd (JSON gateway)", "etcd", etcd_server))
 
-    rows: dict[str, dict[int, tuple[float, float]]] = {}
+    load = os.getloadavg()
+    rows: dict[str, dict[int, Point]] = {}
     for name, protocol, server in targets:
-        with server() as port:  # type: ignore[attr-defined]
-            measure(protocol, port, 1, 1.0)  # warm-up
-            rows[name] = {n: measure(protocol, port, n, args.seconds) for n in args.clients}
-            print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms" for n, (r, p) in rows[name].items()})
+        with server() as (port, pid):  # type: ignore[attr-defined]
+            measure(protocol, port, pid, 1, 1.0)  # warm-up
+            rows[name] = {n: measure(protocol, port, pid, n, args.seconds) for n in args.clients}
+            print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU {c:.2f} ms/req"
+                         for n, (r, p, c) in rows[name].items()})
 
-    write_table(args.out, rows, args.clients, args.seconds)
+    write_table(args.out, rows, args.clients, args.seconds, load)
 
 
-def write_table(out: Path, rows: dict[str, dict[int, tuple[float, float]]], clients: list[int],
-                seconds: float) -> None:
+def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int],
+                seconds: float, load: tuple[float, float, float]) -> None:
     etcd = rows.get("etcd (JSON gateway)")
     header = "| server | " + " | ".join(f"{n} client(s): req/s (p99 ms)" for n in clients)
-    header += " | " + " | ".join(f"ratio to etcd at {n}" for n in clients) + " |" if etcd else " |"
+    header += " | " + " | ".join(f"ratio to etcd at {n}" for n in clients) if etcd else ""
+    header += " | " + " | ".join(f"server CPU ms/req at {n}" for n in clients) + " |"
     lines = [
         "# Control plane: lease grant + release, requests/s", "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
-        f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}), "
-        f"{seconds:.0f} s per point, one keep-alive connection per client process "
-        "(`python bench/control_plane.py`).", "",
-        header, "|" + "---|" * (1 + len(clients) * (2 if etcd else 1)),
+        f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, load average "
+        f"{load[0]:.2f} before the run), {seconds:.0f} s per point, one keep-alive connection "
+        "per client process (`python bench/control_plane.py`). Server CPU is the server "
+        "process's user + system time per request over the same window (for poold on "
+        "PostgreSQL, without the database server's own CPU).", "",
+        header, "|" + "---|" * (1 + len(clients) * (3 if etcd else 2)),
     ]
     for name, by_clients in rows.items():
         cells = [f"{by_clients[n][0]:.0f} ({by_clients[n][1]:.1f})" for n in clients]
         if etcd:
             cells += [f"{by_clients[n][0] / etcd[n][0]:.2f}" for n in clients]
+        cells += [f"{by_clients[n][2]:.2f}" for n in clients]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
-from api.schemas import Device, Event, Pool
+from api.schemas import Claim, Device, DeviceExtents, Event, Lease, Pool
+from drivers import DriverFailure
+from drivers.topology import scan
+from poold.errors import DriverError
+from poold.inventory.discovery import discover_json
 from poold.ledger import reads
 
 router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES)
@@ -18,6 +22,26 @@ router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES)
 @router.get("/devices")
 def list_devices(ledger: LedgerDep) -> list[Device]:
     return [Device.model_validate(asdict(d)) for d in ledger.read(reads.devices)]
+
+
+@router.get("/devices/{device_id}/extents")
+def device_extents(device_id: Annotated[int, Path(ge=1, le=2**31)], ledger: LedgerDep
+                   ) -> DeviceExtents:
+    device, claims, leases = ledger.read(lambda s, now: reads.device_extents(s, device_id, now))
+    return DeviceExtents(
+        device=Device.model_validate(asdict(device)),
+        claims=[Claim.model_validate(asdict(c)) for c in claims],
+        leases=[Lease.model_validate(asdict(x)) for x in leases],
+    )
+
+
+@router.get("/topology")
+def topology(request: Request) -> dict[str, Any]:
+    """What `poold discover` prints: the kernel's CXL/DAX objects and poold's verdicts."""
+    try:
+        return discover_json(scan(request.app.state.sysfs_root))
+    except DriverFailure as exc:
+        raise DriverError(str(exc)) from exc
 
 
 @router.get("/pools")

@@ -3,6 +3,10 @@
 Stateless functions run by the ledger writer inside its transaction (`Tx`); none commits. Each
 checks everything it can before its first write and records an Event with every change, so a
 refused request leaves nothing behind and every change is audited in its own transaction.
+
+This is the writer's hot path: it runs Core statements on the writer's connection, reads pools and
+devices from the writer's catalog snapshot, and queues its events on the Tx; the writer inserts
+them in one statement before the transaction commits.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from poold.errors import (
@@ -27,13 +33,11 @@ from poold.errors import (
     UnknownPool,
 )
 from poold.ledger import repository as repo
-from poold.ledger.space import HostSpace
-from poold.ledger.views import LeaseView, effective_state
-from poold.models import Claim, Device, Lease, Pool
+from poold.ledger.space import Catalog, HostSpace
+from poold.ledger.views import DeviceRecord, LeaseRecord, LeaseView, PoolRecord, effective_state
 from poold.pool import ExtentAllocator
 from poold.types import (
     MAX_BYTES,
-    ClaimState,
     DeviceKind,
     DeviceState,
     EventKind,
@@ -47,16 +51,71 @@ REAP_BATCH = 500
 MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Tx:
-    """What a ledger command sees: the writer's session, the ledger clock's reading for this
-    transaction, this host's in-memory space and identity."""
+    """What a ledger command sees: the writer's connection inside this batch's transaction, the
+    ledger clock's reading for it, this host's in-memory space and identity, and the writer's
+    catalog snapshot (`catalog`, read on first use after being dropped).
 
-    session: Session
+    Lease commands queue their events with `event`; `flush` writes them before the commit.
+    Commands off the hot path (registration, inventory) use `session`, an ORM session joined to
+    the same transaction; using it drops the catalog snapshot, since they change pools and devices.
+    """
+
+    conn: Connection
     now: datetime
     space: HostSpace
     host_id: str
     default_pool: str
+    orm: Session
+    snapshot: Catalog | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    session_used: bool = False
+
+    @property
+    def session(self) -> Session:
+        if self.events:  # keep the audit log in command order
+            self.orm.flush()
+            self._insert_events()
+        self.session_used = True
+        self.snapshot = None
+        return self.orm
+
+    @property
+    def catalog(self) -> Catalog:
+        if self.snapshot is None:
+            if self.session_used:
+                self.orm.flush()  # what a registry command changed is part of the snapshot
+            self.snapshot = Catalog(*repo.catalog(self.conn))
+        return self.snapshot
+
+    def refresh_catalog(self) -> None:
+        """Read pools and devices again at next use (another host may have changed them)."""
+        self.snapshot = None
+
+    def event(self, kind: EventKind, actor: str, *, host_id: str | None = None,
+              device_id: int | None = None, lease_id: str | None = None,
+              **details: Any) -> None:
+        self.events.append({"at": self.now, "kind": kind.value, "actor": actor,
+                            "host_id": host_id, "device_id": device_id, "lease_id": lease_id,
+                            "details": details})
+
+    def command_done(self) -> None:
+        """After each command: write what it did through the session, drop a snapshot it may
+        have made stale."""
+        if self.session_used:
+            self.orm.flush()
+            self.session_used = False
+            self.snapshot = None
+
+    def flush(self) -> None:
+        """Write everything still pending; the writer calls this just before the commit."""
+        self.command_done()
+        self._insert_events()
+
+    def _insert_events(self) -> None:
+        repo.insert_events(self.conn, self.events)
+        self.events.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +137,15 @@ class GrantRequest:
         return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
 
-def view(tx: Tx, lease: Lease) -> LeaseView:
-    device = tx.session.get(Device, lease.device_id)
-    pool = tx.session.get(Pool, lease.pool_id)
+def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
+    device = tx.catalog.device(lease.device_id)
+    pool = tx.catalog.pool_by_id(lease.pool_id)
+    if device is None or pool is None:  # added by another host since the snapshot
+        tx.refresh_catalog()
+        device = tx.catalog.device(lease.device_id)
+        pool = tx.catalog.pool_by_id(lease.pool_id)
     assert device is not None and pool is not None
-    return LeaseView.build(lease, device, pool.name, tx.now)
+    return LeaseView.of(lease, device, pool.name, tx.now)
 
 
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
@@ -90,10 +153,11 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     ttl_s = _ttl(pool, request.ttl_s)
     if request.size <= 0 or request.size > MAX_BYTES:
         raise InvalidRequest(f"size must be between 1 and {MAX_BYTES} bytes, got {request.size}")
+    digest = request.digest()
     if request.idempotency_key is not None:
-        replay = repo.get_lease_by_key(tx.session, tx.host_id, request.idempotency_key)
+        replay = repo.lease_record_by_key(tx.conn, tx.host_id, request.idempotency_key)
         if replay is not None:
-            if replay.request_digest != request.digest():
+            if replay.request_digest != digest:
                 raise IdempotencyConflict(
                     f"idempotency key {request.idempotency_key!r} was used for another request"
                 )
@@ -105,33 +169,35 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     if placed is None:
         raise NoCapacity(f"no free extent of {request.size} bytes in pool {pool.name!r} now")
     device, claim_id, extent = placed
-    lease = Lease(
+    lease = LeaseRecord(
         id=uuid.uuid4().hex, pool_id=pool.id, device_id=device.id, claim_id=claim_id,
         host_id=tx.host_id, tenant=request.tenant, offset=extent.offset, length=extent.length,
-        generation=repo.next_generations(tx.session, 1), ttl_s=ttl_s, granted_at=tx.now,
-        expires_at=tx.now + timedelta(seconds=ttl_s), ended_at=None, state=LeaseState.ACTIVE,
-        labels=dict(request.labels), idempotency_key=request.idempotency_key,
-        request_digest=request.digest(),
+        generation=repo.next_generations(tx.conn, 1), ttl_s=ttl_s, granted_at=tx.now,
+        expires_at=tx.now + timedelta(seconds=ttl_s), ended_at=None,
+        state=LeaseState.ACTIVE.value, labels=dict(request.labels),
+        idempotency_key=request.idempotency_key, request_digest=digest,
     )
-    tx.session.add(lease)
-    repo.add_event(tx.session, at=tx.now, kind=EventKind.LEASE_GRANTED, actor=request.actor,
-                   host_id=tx.host_id, device_id=device.id, lease_id=lease.id,
-                   offset=extent.offset, length=extent.length, generation=lease.generation,
-                   ttl_s=ttl_s, requested=request.size)
-    return view(tx, lease)
+    repo.insert_lease(tx.conn, lease)
+    tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
+             lease_id=lease.id, offset=extent.offset, length=extent.length,
+             generation=lease.generation, ttl_s=ttl_s, requested=request.size)
+    return LeaseView.of(lease, device, pool.name, tx.now)
 
 
 def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str) -> LeaseView:
     lease = _lease(tx, lease_id)
-    pool = tx.session.get(Pool, lease.pool_id)
+    pool = tx.catalog.pool_by_id(lease.pool_id)
+    if pool is None:  # added by another host since the snapshot
+        tx.refresh_catalog()
+        pool = tx.catalog.pool_by_id(lease.pool_id)
     assert pool is not None
     ttl = _ttl(pool, ttl_s if ttl_s is not None else lease.ttl_s)
     expires_at = tx.now + timedelta(seconds=ttl)
-    if repo.renew_lease(tx.session, lease_id, tx.now, expires_at, ttl) == 1:
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.LEASE_RENEWED, actor=actor,
-                       host_id=lease.host_id, device_id=lease.device_id, lease_id=lease_id,
-                       expires_at=expires_at.isoformat(), ttl_s=ttl)
-        return view(tx, lease)
+    if repo.renew_lease(tx.conn, lease_id, tx.now, expires_at, ttl) == 1:
+        tx.event(EventKind.LEASE_RENEWED, actor, host_id=lease.host_id,
+                 device_id=lease.device_id, lease_id=lease_id,
+                 expires_at=expires_at.isoformat(), ttl_s=ttl)
+        return view(tx, replace(lease, expires_at=expires_at, ttl_s=ttl))
     if effective_state(lease, tx.now) is LeaseState.EXPIRED:
         raise LeaseExpired(f"lease {lease_id} expired at {lease.expires_at.isoformat()}")
     raise LeaseNotActive(f"lease {lease_id} is {lease.state}")
@@ -139,71 +205,91 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str) -> LeaseView
 
 def release(tx: Tx, lease_id: str, actor: str) -> LeaseView:
     """Idempotent: releasing a finished lease returns it as it ended."""
-    return _end(tx, _lease(tx, lease_id), LeaseState.RELEASED, EventKind.LEASE_RELEASED, actor)
+    return _end(tx, lease_id, LeaseState.RELEASED, EventKind.LEASE_RELEASED, actor)
 
 
 def revoke(tx: Tx, lease_id: str, actor: str) -> LeaseView:
     """An administrator ends a lease before its holder does; the holder learns at keepalive."""
-    return _end(tx, _lease(tx, lease_id), LeaseState.REVOKED, EventKind.LEASE_REVOKED, actor)
+    return _end(tx, lease_id, LeaseState.REVOKED, EventKind.LEASE_REVOKED, actor)
 
 
 def reap(tx: Tx, limit: int = REAP_BATCH) -> int:
-    """Finalise this host's leases past expires_at by the ledger clock; returns how many."""
+    """Finalise this host's leases past expires_at by the ledger clock; returns how many.
+
+    The daemon runs this every reap_interval_s, so it also drops the catalog snapshot: what other
+    hosts changed in pools and devices is seen within one tick.
+    """
+    tx.refresh_catalog()
     reaped = 0
-    for lease in repo.expired_leases(tx.session, tx.host_id, tx.now, limit):
-        reaped += _finish(tx, lease, LeaseState.EXPIRED, EventKind.LEASE_EXPIRED, "reaper",
-                          only_if_expired=True)
+    for lease in repo.expired_leases(tx.conn, tx.host_id, tx.now, limit):
+        reaped += _expire(tx, lease)
     return reaped
 
 
-def _end(tx: Tx, lease: Lease, state: LeaseState, kind: EventKind, actor: str) -> LeaseView:
+def _end(tx: Tx, lease_id: str, state: LeaseState, kind: EventKind, actor: str) -> LeaseView:
+    # The usual case, in one statement whose WHERE clause holds every check: this host's lease,
+    # active and still valid.
+    ended = repo.end_own_lease(tx.conn, lease_id, tx.host_id, state, tx.now)
+    if ended is not None:
+        _ended(tx, ended, kind, actor)
+        return view(tx, ended)
+    lease = _lease(tx, lease_id)
     if lease.state == LeaseState.ACTIVE:
         if lease.host_id != tx.host_id:
             raise InvalidRequest(f"lease {lease.id} belongs to host {lease.host_id}; end it there")
-        if not _finish(tx, lease, state, kind, actor, only_if_expired=False):
-            # Past expires_at already: it ends as expired, whatever the caller wanted.
-            _finish(tx, lease, LeaseState.EXPIRED, EventKind.LEASE_EXPIRED, "reaper",
-                    only_if_expired=True)
+        # Past expires_at already: it ends as expired, whatever the caller wanted.
+        if _expire(tx, lease):
+            lease = replace(lease, state=LeaseState.EXPIRED.value, ended_at=tx.now)
+        else:  # ended meanwhile by something else: as the ledger has it now
+            lease = _lease(tx, lease_id)
     return view(tx, lease)
 
 
-def _finish(tx: Tx, lease: Lease, state: LeaseState, kind: EventKind, actor: str, *,
-            only_if_expired: bool) -> int:
-    if not repo.end_lease(tx.session, lease.id, state, tx.now, only_if_expired=only_if_expired):
+def _expire(tx: Tx, lease: LeaseRecord) -> int:
+    if not repo.expire_lease(tx.conn, lease.id, tx.now):
         return 0
-    tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
-    repo.add_event(tx.session, at=tx.now, kind=kind, actor=actor, host_id=lease.host_id,
-                   device_id=lease.device_id, lease_id=lease.id, offset=lease.offset,
-                   length=lease.length, generation=lease.generation)
+    _ended(tx, lease, EventKind.LEASE_EXPIRED, "reaper")
     return 1
 
 
-def _lease(tx: Tx, lease_id: str) -> Lease:
-    lease = repo.get_lease(tx.session, lease_id)
+def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> None:
+    """A live lease just ended in the ledger: its bytes are free again, and it is audited."""
+    tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+    tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
+             offset=lease.offset, length=lease.length, generation=lease.generation)
+
+
+def _lease(tx: Tx, lease_id: str) -> LeaseRecord:
+    lease = repo.lease_record(tx.conn, lease_id)
     if lease is None:
         raise UnknownLease(f"no lease {lease_id!r}")
     return lease
 
 
-def _pool(tx: Tx, name: str | None) -> Pool:
-    pool = repo.get_pool_by_name(tx.session, name or tx.default_pool)
+def _pool(tx: Tx, name: str | None) -> PoolRecord:
+    name = name or tx.default_pool
+    pool = tx.catalog.pool(name)
+    if pool is None:  # perhaps created by another host since the snapshot
+        tx.refresh_catalog()
+        pool = tx.catalog.pool(name)
     if pool is None:
-        raise UnknownPool(f"no pool {name or tx.default_pool!r}")
+        raise UnknownPool(f"no pool {name!r}")
     return pool
 
 
-def _ttl(pool: Pool, ttl_s: int | None) -> int:
+def _ttl(pool: PoolRecord, ttl_s: int | None) -> int:
     ttl = pool.default_ttl_s if ttl_s is None else ttl_s
     if not 0 < ttl <= pool.max_ttl_s:
         raise InvalidRequest(f"ttl_s must be between 1 and {pool.max_ttl_s} in pool {pool.name!r}")
     return ttl
 
 
-def _candidates(tx: Tx, pool: Pool, request: GrantRequest) -> list[tuple[Device, int]]:
+def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
+                ) -> list[tuple[DeviceRecord, int]]:
     """Online devices of the pool that match the hints and could ever hold the lease, with the
     lease's length rounded up to each device's align."""
     devices = [
-        d for d in repo.list_devices(tx.session, pool.id)
+        d for d in tx.catalog.devices_in(pool.id)
         if d.state == DeviceState.ONLINE and d.host_id in (None, tx.host_id)
         and d.kind in MAPPABLE_KINDS and request.device in (None, d.devname)
         and request.numa_node in (None, d.numa_node)
@@ -220,8 +306,8 @@ def _candidates(tx: Tx, pool: Pool, request: GrantRequest) -> list[tuple[Device,
     return fitting
 
 
-def _place(tx: Tx, pool: Pool, devices: Sequence[tuple[Device, int]], size: int
-           ) -> tuple[Device, int, Extent] | None:
+def _place(tx: Tx, pool: PoolRecord, devices: Sequence[tuple[DeviceRecord, int]], size: int
+           ) -> tuple[DeviceRecord, int, Extent] | None:
     """Inside this host's claims first (no ledger round trip), else in a new claim."""
     for device, length in devices:
         placed = tx.space.place(device.id, length)
@@ -235,22 +321,19 @@ def _place(tx: Tx, pool: Pool, devices: Sequence[tuple[Device, int]], size: int
     return None
 
 
-def _claim(tx: Tx, pool: Pool, device: Device, length: int) -> bool:
+def _claim(tx: Tx, pool: PoolRecord, device: DeviceRecord, length: int) -> bool:
     """Claim a slice of the device big enough for `length`, placed among every host's claims."""
-    repo.lock_device(tx.session, device.id)
+    device = repo.lock_device(tx.conn, device.id)  # and read it as it is now
     taken = ExtentAllocator(device.size, device.align)
-    for claim in repo.live_claims(tx.session, device_id=device.id):
-        taken.reserve(Extent(claim.offset, claim.length))
+    for claimed in repo.live_claim_extents(tx.conn, device.id):
+        taken.reserve(claimed)
     slice_ = round_up(pool.claim_slice, device.align) if pool.claim_slice else device.size
     extent = taken.allocate(min(round_up(length, slice_), device.size)) or taken.allocate(length)
     if extent is None:
         return False
-    claim = Claim(device_id=device.id, host_id=tx.host_id, offset=extent.offset,
-                  length=extent.length, state=ClaimState.ACTIVE, created_at=tx.now)
-    tx.session.add(claim)
-    tx.session.flush()
-    tx.space.add_claim(claim.id, device.id, extent, device.align)
-    repo.add_event(tx.session, at=tx.now, kind=EventKind.CLAIM_CREATED, actor="allocator",
-                   host_id=tx.host_id, device_id=device.id, claim_id=claim.id,
-                   offset=extent.offset, length=extent.length)
+    claim_id = repo.insert_claim(tx.conn, device_id=device.id, host_id=tx.host_id,
+                                 extent=extent, now=tx.now)
+    tx.space.add_claim(claim_id, device.id, extent, device.align)
+    tx.event(EventKind.CLAIM_CREATED, "allocator", host_id=tx.host_id, device_id=device.id,
+             claim_id=claim_id, offset=extent.offset, length=extent.length)
     return True

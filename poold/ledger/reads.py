@@ -10,9 +10,16 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from poold.errors import UnknownHost, UnknownLease, UnknownPool
+from poold.errors import UnknownDevice, UnknownHost, UnknownLease, UnknownPool
 from poold.ledger import repository as repo
-from poold.ledger.views import DeviceView, EventView, HostView, LeaseView, PoolView
+from poold.ledger.views import (
+    ClaimView,
+    DeviceView,
+    EventView,
+    HostView,
+    LeaseView,
+    PoolView,
+)
 from poold.models import Claim, Device, Lease
 from poold.types import DeviceState, LeaseState
 
@@ -113,3 +120,16 @@ def host(session: Session, host_id: str, now: datetime) -> HostView:
         if view.id == host_id:
             return view
     raise UnknownHost(f"no host {host_id!r}")
+
+
+def device_extents(session: Session, device_id: int, now: datetime
+                   ) -> tuple[DeviceView, list[ClaimView], list[LeaseView]]:
+    """One device's live claims and leases, for drawing its memory map."""
+    device = next((d for d in devices(session, now) if d.id == device_id), None)
+    if device is None:
+        raise UnknownDevice(f"no device {device_id}")
+    claims = [ClaimView(id=c.id, host=c.host_id, offset=c.offset, length=c.length,
+                        created_at=c.created_at)
+              for c in repo.live_claims(session, device_id=device_id)]
+    return device, claims, _lease_views(session, repo.live_leases_on_device(session, device_id),
+                                        now)

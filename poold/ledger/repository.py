@@ -2,19 +2,26 @@
 
 State transitions put their precondition in the WHERE clause and return the rowcount, so a
 concurrent change (another host, the reaper) can never be overwritten by a stale read.
+
+The writer's hot path (grant, keepalive, release, revoke, reap) is the exception to "session
+first": those functions take the writer's Connection, run Core statements built once at import
+and return plain records (poold.ledger.views), because building a statement and running the ORM's
+unit of work cost several times more than the SQL itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import Connection, CursorResult, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from poold.ledger.views import LEASE_COLUMNS, DeviceRecord, LeaseRecord, PoolRecord
 from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool
-from poold.types import ClaimState, DeviceState, EventKind, LeaseState
+from poold.types import ClaimState, DeviceState, EventKind, Extent, LeaseState
 
 # --- hosts, pools, devices ------------------------------------------------------------------
 
@@ -54,14 +61,6 @@ def devices_by_id(session: Session) -> dict[int, Device]:
     return {device.id: device for device in list_devices(session)}
 
 
-def lock_device(session: Session, device_id: int) -> Device:
-    """Serialise claim changes on one device across hosts (FOR UPDATE; a no-op on SQLite, whose
-    writer already holds the database lock)."""
-    return session.scalars(
-        select(Device).where(Device.id == device_id).with_for_update()
-    ).one()
-
-
 # --- claims ------------------------------------------------------------------------------------
 
 
@@ -84,12 +83,6 @@ def all_claims(session: Session) -> Sequence[Claim]:
 
 def get_lease(session: Session, lease_id: str) -> Lease | None:
     return session.get(Lease, lease_id)
-
-
-def get_lease_by_key(session: Session, host_id: str, key: str) -> Lease | None:
-    return session.scalars(
-        select(Lease).where(Lease.host_id == host_id, Lease.idempotency_key == key)
-    ).one_or_none()
 
 
 def live_leases(session: Session, *, host_id: str | None = None) -> Sequence[Lease]:
@@ -122,51 +115,144 @@ def all_leases(session: Session) -> Sequence[Lease]:
     return session.scalars(select(Lease).order_by(Lease.device_id, Lease.offset)).all()
 
 
-def expired_leases(session: Session, host_id: str, now: datetime, limit: int) -> Sequence[Lease]:
-    return session.scalars(
-        select(Lease)
-        .where(Lease.host_id == host_id, Lease.state == LeaseState.ACTIVE, Lease.expires_at <= now)
-        .order_by(Lease.expires_at)
-        .limit(limit)
-    ).all()
+# --- the writer's hot path: Core on the writer's connection ------------------------------------
+# Each statement is built once with bind parameters: building one costs more than running it.
+
+_POOLS, _DEVICES, _CLAIMS, _LEASES, _EVENTS, _COUNTERS = (
+    cast(Table, model.__table__) for model in (Pool, Device, Claim, Lease, Event, Counter)
+)
+_ACTIVE = LeaseState.ACTIVE.value
+
+_SELECT_POOLS = select(*(_POOLS.c[f.name] for f in fields(PoolRecord))).order_by(_POOLS.c.id)
+_SELECT_DEVICES = select(*(_DEVICES.c[f.name] for f in fields(DeviceRecord)))
+_ALL_DEVICES = _SELECT_DEVICES.order_by(_DEVICES.c.id)
+_LOCK_DEVICE = _SELECT_DEVICES.where(_DEVICES.c.id == bindparam("device_id")).with_for_update()
+_CLAIM_EXTENTS = (
+    select(_CLAIMS.c.offset, _CLAIMS.c.length)
+    .where(_CLAIMS.c.device_id == bindparam("device_id"),
+           _CLAIMS.c.state == ClaimState.ACTIVE.value)
+    .order_by(_CLAIMS.c.offset)
+)
+_INSERT_CLAIM = insert(_CLAIMS).returning(_CLAIMS.c.id)
+_SELECT_LEASE = select(*(_LEASES.c[name] for name in LEASE_COLUMNS))
+_LEASE_BY_ID = _SELECT_LEASE.where(_LEASES.c.id == bindparam("lease_id"))
+_LEASE_BY_KEY = _SELECT_LEASE.where(_LEASES.c.host_id == bindparam("host_id"),
+                                    _LEASES.c.idempotency_key == bindparam("key"))
+_EXPIRED_LEASES = (
+    _SELECT_LEASE
+    .where(_LEASES.c.host_id == bindparam("host_id"), _LEASES.c.state == _ACTIVE,
+           _LEASES.c.expires_at <= bindparam("now"))
+    .order_by(_LEASES.c.expires_at)
+    .limit(bindparam("limit"))
+)
+_INSERT_LEASE = insert(_LEASES)
+_RENEW_LEASE = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == _ACTIVE,
+           _LEASES.c.expires_at > bindparam("now"))
+    .values(expires_at=bindparam("new_expires_at"), ttl_s=bindparam("new_ttl_s"))
+)
+_EXPIRE_LEASE = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == _ACTIVE,
+           _LEASES.c.expires_at <= bindparam("now"))
+    .values(state=LeaseState.EXPIRED.value, ended_at=bindparam("now"))
+)
+_END_OWN_LEASE = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.host_id == bindparam("owner"),
+           _LEASES.c.state == _ACTIVE, _LEASES.c.expires_at > bindparam("now"))
+    .values(state=bindparam("new_state"), ended_at=bindparam("now"))
+    .returning(*(_LEASES.c[name] for name in LEASE_COLUMNS))
+)
+_NEXT_GENERATIONS = (
+    update(_COUNTERS)
+    .where(_COUNTERS.c.name == "generation")
+    .values(value=_COUNTERS.c.value + bindparam("count"))
+    .returning(_COUNTERS.c.value)
+)
+_INSERT_EVENTS = insert(_EVENTS)
 
 
-def renew_lease(session: Session, lease_id: str, now: datetime, expires_at: datetime,
+def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord]]:
+    """Every pool and device, for the writer's cached snapshot."""
+    pools = [PoolRecord(*row) for row in conn.execute(_SELECT_POOLS)]
+    return pools, [DeviceRecord(*row) for row in conn.execute(_ALL_DEVICES)]
+
+
+def lock_device(conn: Connection, device_id: int) -> DeviceRecord:
+    """Serialise claim changes on one device across hosts (FOR UPDATE; a no-op on SQLite, whose
+    writer already holds the database lock). Returns the device as it is now."""
+    return DeviceRecord(*conn.execute(_LOCK_DEVICE, {"device_id": device_id}).one())
+
+
+def live_claim_extents(conn: Connection, device_id: int) -> list[Extent]:
+    """Every host's live claims on the device."""
+    rows = conn.execute(_CLAIM_EXTENTS, {"device_id": device_id})
+    return [Extent(offset, length) for offset, length in rows]
+
+
+def insert_claim(conn: Connection, *, device_id: int, host_id: str, extent: Extent,
+                 now: datetime) -> int:
+    return int(conn.execute(_INSERT_CLAIM, {
+        "device_id": device_id, "host_id": host_id, "offset": extent.offset,
+        "length": extent.length, "state": ClaimState.ACTIVE.value, "created_at": now,
+        "ended_at": None,
+    }).scalar_one())
+
+
+def lease_record(conn: Connection, lease_id: str) -> LeaseRecord | None:
+    row = conn.execute(_LEASE_BY_ID, {"lease_id": lease_id}).one_or_none()
+    return None if row is None else LeaseRecord(*row)
+
+
+def lease_record_by_key(conn: Connection, host_id: str, key: str) -> LeaseRecord | None:
+    row = conn.execute(_LEASE_BY_KEY, {"host_id": host_id, "key": key}).one_or_none()
+    return None if row is None else LeaseRecord(*row)
+
+
+def expired_leases(conn: Connection, host_id: str, now: datetime, limit: int
+                   ) -> list[LeaseRecord]:
+    rows = conn.execute(_EXPIRED_LEASES, {"host_id": host_id, "now": now, "limit": limit})
+    return [LeaseRecord(*row) for row in rows]
+
+
+def insert_lease(conn: Connection, lease: LeaseRecord) -> None:
+    conn.execute(_INSERT_LEASE, lease.values())
+
+
+def renew_lease(conn: Connection, lease_id: str, now: datetime, expires_at: datetime,
                 ttl_s: int) -> int:
     """Extend a lease that is still valid at `now`; 0 rows when it is not."""
-    result = session.execute(
-        update(Lease)
-        .where(Lease.id == lease_id, Lease.state == LeaseState.ACTIVE, Lease.expires_at > now)
-        .values(expires_at=expires_at, ttl_s=ttl_s)
-    )
-    return cast(CursorResult[Any], result).rowcount
+    return conn.execute(_RENEW_LEASE, {"lease_id": lease_id, "now": now,
+                                       "new_expires_at": expires_at, "new_ttl_s": ttl_s}).rowcount
 
 
-def end_lease(session: Session, lease_id: str, state: LeaseState, now: datetime, *,
-              only_if_expired: bool) -> int:
-    """Move an active lease to a final state; 0 rows when it was no longer active.
-
-    `only_if_expired` makes the reaper's expiry conditional on the ledger clock in the same
-    statement, and a release conditional on the lease still being valid.
-    """
-    condition = Lease.expires_at <= now if only_if_expired else Lease.expires_at > now
-    result = session.execute(
-        update(Lease)
-        .where(Lease.id == lease_id, Lease.state == LeaseState.ACTIVE, condition)
-        .values(state=state, ended_at=now)
-    )
-    return cast(CursorResult[Any], result).rowcount
+def expire_lease(conn: Connection, lease_id: str, now: datetime) -> int:
+    """Finalise an active lease as expired, only if it is past expires_at by the ledger clock
+    (`now`) in the same statement; 0 rows otherwise."""
+    return conn.execute(_EXPIRE_LEASE, {"lease_id": lease_id, "now": now}).rowcount
 
 
-def next_generations(session: Session, count: int) -> int:
+def end_own_lease(conn: Connection, lease_id: str, host_id: str, state: LeaseState,
+                  now: datetime) -> LeaseRecord | None:
+    """Release or revoke in one statement: end the lease if it is `host_id`'s, active and still
+    valid at `now`, and return it as it ended; None, having written nothing, otherwise."""
+    row = conn.execute(_END_OWN_LEASE, {"lease_id": lease_id, "owner": host_id, "now": now,
+                                        "new_state": state.value}).one_or_none()
+    return None if row is None else LeaseRecord(*row)
+
+
+def next_generations(conn: Connection, count: int) -> int:
     """Reserve `count` fencing tokens; returns the last one. Tokens only ever grow."""
-    value = session.execute(
-        update(Counter)
-        .where(Counter.name == "generation")
-        .values(value=Counter.value + count)
-        .returning(Counter.value)
-    ).scalar_one()
-    return int(value)
+    return int(conn.execute(_NEXT_GENERATIONS, {"count": count}).scalar_one())
+
+
+def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
+    """Append audit rows (keys: at, kind, actor, host_id, device_id, lease_id, details) in one
+    executemany."""
+    if events:
+        conn.execute(_INSERT_EVENTS, events)
 
 
 # --- usage figures --------------------------------------------------------------------------

@@ -1,9 +1,14 @@
-"""This host's free space inside its own claims, kept in memory by the single ledger writer.
+"""What the single ledger writer keeps in memory: this host's free space inside its own claims,
+and a snapshot of the catalog (pools and devices).
 
 Only this host's daemon places leases inside this host's claims, so the writer can answer "where
 does this lease go?" without reading the ledger; the ledger stays the source of truth and the
 space is rebuilt from it at start and after any failed transaction. Claims themselves are placed
 from the ledger under a device lock, because other hosts claim from the same devices.
+
+Pools and devices change rarely (registration, inventory rescans, another host's policy), so the
+writer reads them once and keeps the snapshot until a command that may change them runs, a
+transaction fails, or the reaper's next tick, whichever comes first.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from poold.ledger.views import DeviceRecord, PoolRecord
 from poold.models import Claim, Lease
 from poold.pool import AllocatorError, ExtentAllocator
 from poold.types import Extent
@@ -86,3 +92,28 @@ class HostSpace:
 
     def claims_on(self, device_id: int) -> list[ClaimSpace]:
         return [c for c in self._claims.values() if c.device_id == device_id]
+
+
+class Catalog:
+    """Pools and devices as the ledger had them when read; immutable, replaced whole."""
+
+    def __init__(self, pools: Iterable[PoolRecord], devices: Iterable[DeviceRecord]) -> None:
+        self._pools = {pool.name: pool for pool in pools}
+        self._pools_by_id = {pool.id: pool for pool in self._pools.values()}
+        self._devices = {device.id: device for device in devices}
+        self._by_pool: dict[int, list[DeviceRecord]] = {}
+        for device in self._devices.values():
+            self._by_pool.setdefault(device.pool_id, []).append(device)
+
+    def pool(self, name: str) -> PoolRecord | None:
+        return self._pools.get(name)
+
+    def pool_by_id(self, pool_id: int) -> PoolRecord | None:
+        return self._pools_by_id.get(pool_id)
+
+    def device(self, device_id: int) -> DeviceRecord | None:
+        return self._devices.get(device_id)
+
+    def devices_in(self, pool_id: int) -> list[DeviceRecord]:
+        """The pool's devices by id, whatever their state."""
+        return self._by_pool.get(pool_id, [])

@@ -1,8 +1,12 @@
-"""Read-only snapshots the ledger hands upward: the API renders them, nothing writes them back."""
+"""Read-only snapshots the ledger hands upward: the API renders them, nothing writes them back.
+
+Also the plain records (PoolRecord, DeviceRecord, LeaseRecord) the ledger writer reads and writes
+with Core statements instead of ORM objects.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +36,31 @@ class LeaseView:
     idempotency_key: str | None = None
 
     @classmethod
+    def of(cls, lease: LeaseRecord, device: DeviceRecord, pool_name: str, now: datetime
+           ) -> LeaseView:
+        """The writer's view: built from plain rows, no ORM object involved."""
+        return cls(
+            id=lease.id,
+            pool=pool_name,
+            host=lease.host_id,
+            tenant=lease.tenant,
+            device=device.devname,
+            device_id=device.id,
+            chardev=device.chardev,
+            offset=lease.offset,
+            length=lease.length,
+            align=device.align,
+            generation=lease.generation,
+            ttl_s=lease.ttl_s,
+            granted_at=lease.granted_at,
+            expires_at=lease.expires_at,
+            ended_at=lease.ended_at,
+            state=effective_state(lease, now),
+            labels=dict(lease.labels),
+            idempotency_key=lease.idempotency_key,
+        )
+
+    @classmethod
     def build(cls, lease: Lease, device: Device, pool_name: str, now: datetime) -> LeaseView:
         return cls(
             id=lease.id,
@@ -55,12 +84,71 @@ class LeaseView:
         )
 
 
-def effective_state(lease: Lease, now: datetime) -> LeaseState:
+def effective_state(lease: Lease | LeaseRecord, now: datetime) -> LeaseState:
     """An active lease past expires_at is expired, whether or not the reaper got to it yet."""
     state = LeaseState(lease.state)
     if state is LeaseState.ACTIVE and lease.expires_at <= now:
         return LeaseState.EXPIRED
     return state
+
+
+# --- rows as the ledger writer reads them (plain values, no ORM identity map) ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRecord:
+    id: int
+    name: str
+    claim_slice: int
+    default_ttl_s: int
+    max_ttl_s: int
+    max_lease_size: int | None
+    scrub_on_release: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    id: int
+    uid: str
+    host_id: str | None
+    pool_id: int
+    kind: str
+    devname: str
+    chardev: str
+    size: int
+    align: int
+    numa_node: int | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One row of `leases`, every column."""
+
+    id: str
+    pool_id: int
+    device_id: int
+    claim_id: int
+    host_id: str
+    tenant: str | None
+    offset: int
+    length: int
+    generation: int
+    ttl_s: int
+    granted_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: str
+    labels: dict[str, str]
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def values(self) -> dict[str, Any]:
+        """Column name -> value, for an INSERT."""
+        return {name: getattr(self, name) for name in LEASE_COLUMNS}
+
+
+LEASE_COLUMNS = tuple(f.name for f in fields(LeaseRecord))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,3 +225,12 @@ class HostView:
     claimed_bytes: int
     live_leases: int
     leased_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    id: int
+    host: str
+    offset: int
+    length: int
+    created_at: datetime

@@ -6,23 +6,30 @@ fsync acknowledges many requests: throughput grows with concurrency instead of c
 lock contention. A command's result is released only after its transaction committed, so an
 acknowledged grant or release is durable.
 
+The writer keeps its connection across batches (one that sat idle is checked out again, so the
+pool's pre-ping vets it), its in-memory space, and a snapshot of the catalog (pools, devices) that
+commands drop when they may have changed it (see `Tx`). Events the commands queued are inserted
+just before the commit, in the same transaction as the changes they record.
+
 A command that raises a PooldError fails alone; the batch still commits (commands check before
 they write). Anything else (a database error, a bug) rolls the whole batch back; the writer
-rebuilds its in-memory space from the ledger and replays each command in its own transaction, so
-only the culprit fails.
+rebuilds its in-memory space and catalog from the ledger, on a fresh connection, and replays each
+command in its own transaction, so only the culprit fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -30,12 +37,16 @@ from poold.errors import LedgerUnavailable, PooldError
 from poold.ledger import repository as repo
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
-from poold.ledger.space import HostSpace
+from poold.ledger.space import Catalog, HostSpace
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Command = Callable[[Tx], T]
+
+# A connection unused for this long is handed back and checked out again before the next batch,
+# so a connection the server dropped meanwhile is replaced instead of failing that batch.
+IDLE_RECHECK_S = 1.0
 
 
 @dataclass(slots=True)
@@ -54,6 +65,9 @@ class LedgerWriter:
         self._batch_max = batch_max
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._space: HostSpace | None = None  # None: rebuild from the ledger before next use
+        self._catalog: Catalog | None = None  # None: read from the ledger at next use
+        self._conn: Connection | None = None
+        self._conn_used_at = 0.0
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._gate = threading.Lock()  # orders submit() against stop()
@@ -93,6 +107,7 @@ class LedgerWriter:
             raise
         finally:
             self._fail_pending()
+            self._drop_connection()
 
     def _fail_pending(self) -> None:
         """Nobody is left to run what is still queued: say so instead of leaving it hanging."""
@@ -128,6 +143,8 @@ class LedgerWriter:
             outcomes = self._transaction(batch)
         except Exception as exc:
             self._space = None
+            self._catalog = None
+            self._drop_connection()
             if len(batch) > 1:
                 log.warning("ledger.batch_failed size=%d error=%r; replaying one by one",
                             len(batch), exc)
@@ -149,21 +166,46 @@ class LedgerWriter:
 
     def _transaction(self, batch: list[_Item]) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any]] = []
-        with Session(self._engine, expire_on_commit=False) as session, session.begin():
-            now = self._clock.now(session)
-            if self._space is None:
-                self._space = self._rebuild_space(session)
-            tx = Tx(session, now, self._space, self._host_id, self._default_pool)
-            for item in batch:
-                if not (item.future.running() or item.future.set_running_or_notify_cancel()):
-                    # The caller gave up before its turn (client gone): do not act for nobody.
-                    outcomes.append((False, None))
-                    continue
-                try:
-                    outcomes.append((True, item.command(tx)))
-                except PooldError as exc:
-                    outcomes.append((False, exc))
+        conn = self._connection()
+        with conn.begin():
+            # Joins the connection's transaction; it never commits or ends it.
+            session = Session(bind=conn, expire_on_commit=False)
+            try:
+                now = self._clock.now(session)
+                if self._space is None:
+                    self._space = self._rebuild_space(session)
+                tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
+                        self._catalog)
+                for item in batch:
+                    if not (item.future.running() or item.future.set_running_or_notify_cancel()):
+                        # The caller gave up before its turn (client gone): do not act for nobody.
+                        outcomes.append((False, None))
+                        continue
+                    try:
+                        outcomes.append((True, item.command(tx)))
+                    except PooldError as exc:
+                        outcomes.append((False, exc))
+                    tx.command_done()
+                tx.flush()
+            finally:
+                session.close()
+        self._catalog = tx.snapshot
         return outcomes
+
+    def _connection(self) -> Connection:
+        now = time.monotonic()
+        if self._conn is not None and now - self._conn_used_at > IDLE_RECHECK_S:
+            self._drop_connection()
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        self._conn_used_at = now
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(SQLAlchemyError):  # a broken one is discarded all the same
+                conn.close()
 
     def _rebuild_space(self, session: Session) -> HostSpace:
         align_of = {device.id: device.align for device in repo.list_devices(session)}

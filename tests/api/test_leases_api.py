@@ -134,3 +134,23 @@ def test_keepalive_with_bad_ttl(client: TestClient) -> None:
     assert r.status_code == 422
     r = client.post(f"/v1/leases/{lease['id']}/keepalive", json={"ttl_s": 10**7})
     assert (r.status_code, r.json()["error"]) == (422, "InvalidRequest")
+
+
+def test_device_extents_draw_the_memory_map(client: TestClient) -> None:
+    a = client.post("/v1/leases", json={"size": 4 * MiB}).json()
+    client.post("/v1/leases", json={"size": 2 * MiB})
+    (device,) = client.get("/v1/devices").json()
+    extents = client.get(f"/v1/devices/{device['id']}/extents").json()
+    assert extents["device"]["id"] == device["id"]
+    assert [(c["offset"], c["length"]) for c in extents["claims"]] == [(0, 64 * MiB)]
+    assert sorted((x["offset"], x["length"]) for x in extents["leases"]) == \
+        [(0, 4 * MiB), (4 * MiB, 2 * MiB)]
+    client.delete(f"/v1/leases/{a['id']}")
+    assert len(client.get(f"/v1/devices/{device['id']}/extents").json()["leases"]) == 1
+    r = client.get("/v1/devices/999/extents")
+    assert (r.status_code, r.json()["error"]) == (404, "UnknownDevice")
+
+
+def test_topology_endpoint_is_discover(client: TestClient) -> None:
+    topology = client.get("/v1/topology").json()
+    assert {"memdevs", "regions", "dax_regions", "dax_devices", "numa_nodes"} <= topology.keys()
