@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from fastapi import FastAPI
 from starlette.types import Lifespan
 
@@ -13,12 +15,14 @@ from poold.ledger.ledger import Ledger
 
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
-               sysfs_root: str = "/sys") -> FastAPI:
-    """`lifespan` lets the composition root run its background tasks with the server."""
+               sysfs_root: str = "/sys", lease_key: bytes | None = None) -> FastAPI:
+    """`lifespan` lets the composition root run its background tasks with the server;
+    `lease_key` signs lease tokens (a fresh one per app when not given)."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.")
     app.state.ledger = ledger
     app.state.sysfs_root = sysfs_root
+    app.state.lease_key = lease_key or secrets.token_bytes(32)
     errors.install(app)
     app.include_router(leases.router)
     app.include_router(inventory.router)

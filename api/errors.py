@@ -31,6 +31,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.LeaseNotActive: 409,
     errors.IdempotencyConflict: 409,
     errors.LeaseExpired: 410,
+    errors.NotLeaseHolder: 403,
     errors.NoCapacity: 507,
     errors.LedgerUnavailable: 503,
     errors.DriverError: 502,

@@ -57,6 +57,13 @@ class Lease(BaseModel):
     idempotency_key: str | None
 
 
+class GrantedLease(Lease):
+    """The grant's answer: the lease, plus the token that proves its bearer was handed it (needed
+    to receive the device's file descriptor over the daemon's UNIX socket). Shown only once."""
+
+    token: str
+
+
 class Device(BaseModel):
     id: int
     uid: str

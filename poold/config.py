@@ -61,6 +61,12 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the ledger. None: SQLite at <state_dir>/ledger.sqlite3. "
         "Use postgresql+psycopg://... when several hosts share a pool.",
     )
+    runtime_dir: Path | None = Field(
+        default=None,
+        description="Directory of the daemon's UNIX sockets (api.sock: HTTP; fd.sock: device file "
+        "descriptors for lease holders). None: state_dir. The system service uses /run/poold "
+        "(systemd's RuntimeDirectory).",
+    )
     listen: str = Field(
         default="127.0.0.1:7077",
         description="HOST:PORT of the HTTP API. Loopback by default: the API grants memory.",
@@ -150,6 +156,10 @@ class Settings(BaseSettings):
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+    @property
+    def sockets_dir(self) -> Path:
+        return self.runtime_dir if self.runtime_dir is not None else self.state_dir
 
     @property
     def ledger_url(self) -> str:

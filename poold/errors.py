@@ -56,6 +56,10 @@ class IdempotencyConflict(Conflict):
     """An idempotency key was reused with a different request."""
 
 
+class NotLeaseHolder(PooldError):
+    """The caller did not show the lease's token: it was not handed this lease."""
+
+
 class LeaseTooLarge(InvalidRequest):
     """No device in the pool (or the pool's policy) could ever hold a lease this large."""
 

@@ -30,6 +30,7 @@ def serving_daemon(state_dir: Path, **settings: Any) -> Iterator[tuple[Daemon, s
     defaults: dict[str, Any] = {
         "state_dir": state_dir, "emulate_size": 64 * 2**20, "emulate_dir": state_dir,
         "listen": f"127.0.0.1:{port}", "host_id": "test-host", "reap_interval_s": 0.2,
+        "runtime_dir": state_dir,
     }
     daemon = Daemon(Settings(**{**defaults, **settings}))
     server = uvicorn.Server(uvicorn.Config(daemon.app, host="127.0.0.1", port=port,

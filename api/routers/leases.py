@@ -20,9 +20,10 @@ from pydantic import TypeAdapter
 
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
-from api.schemas import KeepaliveRequest, Lease, LeaseRequest
+from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
 from poold.ledger import leases, reads
 from poold.ledger.views import LeaseView
+from poold.security import lease_token
 from poold.types import LeaseState
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERROR_RESPONSES)
@@ -45,10 +46,15 @@ async def _write(request: Request, command: Callable[[leases.Tx], LeaseView],
     return _json(_ONE.dump_json(view), status_code)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=Lease)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=GrantedLease)
 async def grant_lease(body: LeaseRequest, request: Request) -> Response:
     grant = leases.GrantRequest(actor=actor_of(request), **body.model_dump())
-    return await _write(request, partial(leases.grant, request=grant), status.HTTP_201_CREATED)
+    view: LeaseView = await asyncio.wrap_future(
+        ledger_of(request).submit(partial(leases.grant, request=grant)))
+    token = lease_token(request.app.state.lease_key, view.id)
+    # The view's JSON object with the token appended (hex: nothing to escape).
+    body_json = _ONE.dump_json(view)[:-1] + b',"token":"' + token.encode() + b'"}'
+    return _json(body_json, status.HTTP_201_CREATED)
 
 
 @router.get("", response_model=list[Lease])

@@ -6,37 +6,30 @@ from typing import Any
 
 import httpx
 
-from api.schemas import Device, Event, Pool
+from api.schemas import Device, Event, GrantedLease, Pool
 from api.schemas import Lease as LeaseInfo
 from poold import errors
 from poold.client.lease import Lease
+from poold.client.wire import error_from_wire
 
 DEFAULT_URL = "http://127.0.0.1:7077"
 
-# Error names the API uses that are not PooldError classes.
-_WIRE_ALIASES: dict[str, type[errors.PooldError]] = {
-    "ValidationError": errors.InvalidRequest,
-    "NotFound": errors.NotFound,
-}
-
-
-def error_from_wire(status: int, payload: Any) -> errors.PooldError:
-    """Rebuild the daemon's exception from `{"error": ClassName, "detail": ...}`."""
-    name = payload.get("error") if isinstance(payload, dict) else None
-    detail = payload.get("detail") if isinstance(payload, dict) else payload
-    cls = getattr(errors, str(name), None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.PooldError)):
-        cls = _WIRE_ALIASES.get(str(name), errors.PooldError)
-    exc = cls(str(detail) if not isinstance(detail, str) else detail)
-    exc.status = status  # type: ignore[attr-defined]
-    return exc
-
 
 class PooldClient:
-    """A connection to one poold. `transport` is injectable (tests use httpx.ASGITransport)."""
+    """A connection to one poold.
 
-    def __init__(self, url: str = DEFAULT_URL, *, transport: httpx.BaseTransport | None = None,
+    `url` for TCP, or `uds` for the daemon's api.sock on this host. `fd_socket` (the daemon's
+    fd.sock) lets leases be mapped from a descriptor the daemon passes, with no permission on
+    the device; without it the SDK opens the chardev itself. `transport` is injectable.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, uds: str | None = None,
+                 fd_socket: str | None = None, transport: httpx.BaseTransport | None = None,
                  timeout_s: float = 10.0) -> None:
+        if uds is not None and transport is None:
+            transport = httpx.HTTPTransport(uds=uds)
+            url = "http://poold"
+        self.fd_socket = fd_socket
         self._http = httpx.Client(base_url=url, transport=transport, timeout=timeout_s)
 
     def __enter__(self) -> PooldClient:
@@ -54,16 +47,16 @@ class PooldClient:
         """Grant a lease now; use it as a context manager to keep it alive and release it."""
         info = self.grant(size, ttl_s=ttl_s, pool=pool, labels=labels,
                           idempotency_key=idempotency_key)
-        return Lease(self, info, keepalive=keepalive)
+        return Lease(self, info, keepalive=keepalive, token=info.token)
 
     def grant(self, size: int, *, ttl_s: int | None = None, pool: str | None = None,
               labels: dict[str, str] | None = None, idempotency_key: str | None = None
-              ) -> LeaseInfo:
+              ) -> GrantedLease:
         body: dict[str, Any] = {"size": size, "labels": labels or {}}
         for key, value in (("ttl_s", ttl_s), ("pool", pool), ("idempotency_key", idempotency_key)):
             if value is not None:
                 body[key] = value
-        return LeaseInfo.model_validate(self._call("POST", "/v1/leases", json=body))
+        return GrantedLease.model_validate(self._call("POST", "/v1/leases", json=body))
 
     def keepalive(self, lease_id: str, ttl_s: int | None = None) -> LeaseInfo:
         body = {"ttl_s": ttl_s} if ttl_s is not None else None

@@ -7,12 +7,14 @@ marked lost: `check()` raises LeaseLost and the holder must stop touching the me
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from api.schemas import Lease as LeaseInfo
 from poold import errors
+from poold.client.fdsocket import receive_fd
 from poold.client.mapping import Mapping
 
 if TYPE_CHECKING:
@@ -20,9 +22,11 @@ if TYPE_CHECKING:
 
 
 class Lease:
-    def __init__(self, client: PooldClient, info: LeaseInfo, *, keepalive: bool = True) -> None:
+    def __init__(self, client: PooldClient, info: LeaseInfo, *, keepalive: bool = True,
+                 token: str | None = None) -> None:
         self._client = client
         self.info = info
+        self.token = token  # proof of holding, for the daemon's fd socket
         self.lost_reason: str | None = None
         self._mappings: list[Mapping] = []
         self._stop = threading.Event()
@@ -45,10 +49,25 @@ class Lease:
             raise errors.LeaseLost(f"lease {self.id} lost: {self.lost_reason}")
 
     def map(self, *, prefault: bool = True) -> Mapping:
-        """Map exactly the leased extent (MAP_SHARED, pre-faulted)."""
+        """Map exactly the leased extent (MAP_SHARED, pre-faulted).
+
+        Through a descriptor passed by the daemon when the client knows its fd socket (no
+        device permission needed), else by opening the chardev.
+        """
         self.check()
-        mapping = Mapping(self.info.chardev, self.info.offset, self.info.length, self.info.align,
-                          prefault=prefault)
+        info = self.info
+        if self._client.fd_socket is not None and self.token is not None:
+            passed = receive_fd(self._client.fd_socket, info.id, self.token)
+            try:
+                if (passed.offset, passed.length) != (info.offset, info.length):
+                    raise errors.ClientError(f"daemon passed a different extent for {info.id}")
+                mapping = Mapping(info.chardev, info.offset, info.length, info.align,
+                                  prefault=prefault, fd=passed.fd)
+            finally:
+                os.close(passed.fd)
+        else:
+            mapping = Mapping(info.chardev, info.offset, info.length, info.align,
+                              prefault=prefault)
         self._mappings.append(mapping)
         return mapping
 

@@ -22,7 +22,9 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
 
 class Mapping:
     def __init__(self, chardev: str, offset: int, length: int, align: int, *,
-                 prefault: bool = True) -> None:
+                 prefault: bool = True, fd: int | None = None) -> None:
+        """Map [offset, offset+length) of `chardev`, opening it, or of `fd` when given (a
+        descriptor the daemon passed over its UNIX socket; the mapping does not close it)."""
         if length <= 0 or align <= 0 or offset % align or length % align:
             raise MisalignedExtent(
                 f"extent [{offset}, +{length}) of {chardev} is not aligned to {align}")
@@ -30,10 +32,13 @@ class Mapping:
             raise MisalignedExtent(f"offset {offset} is not page aligned")
         self.chardev, self.offset, self.length = chardev, offset, length
         flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if prefault else 0)
-        try:
-            fd = os.open(chardev, os.O_RDWR)
-        except OSError as exc:
-            raise ClientError(f"cannot open {chardev}: {exc.strerror}") from exc
+        self.via = "fd" if fd is not None else "open"
+        owned = fd is None
+        if fd is None:
+            try:
+                fd = os.open(chardev, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as exc:
+                raise ClientError(f"cannot open {chardev}: {exc.strerror}") from exc
         try:
             self._mmap: mmap.mmap | None = mmap.mmap(
                 fd, length, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
@@ -41,7 +46,8 @@ class Mapping:
             raise ClientError(f"cannot map {chardev} at {offset}+{length}: {exc.strerror}"
                               ) from exc
         finally:
-            os.close(fd)
+            if owned:
+                os.close(fd)
         if prefault:
             # MAP_POPULATE read-faults a shared mapping; populate for write too where supported.
             with contextlib.suppress(OSError, ValueError):

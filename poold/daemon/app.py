@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from fnmatch import fnmatch
 from functools import partial
@@ -26,6 +28,7 @@ from drivers.topology import scan
 from drivers.udev import UdevMonitor, open_monitor
 from poold import db
 from poold.config import Settings
+from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.tasks import every
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
@@ -34,6 +37,7 @@ from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
 from poold.models import Pool
+from poold.security import load_or_create_key
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,11 @@ class Daemon:
         if monitor is None and settings.watch_udev and settings.discover_dax:
             monitor = open_monitor()
         self.hotplug = HotplugWatcher(monitor, self.rescan) if monitor is not None else None
+        self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
+        self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key)
         self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan,
-                                       sysfs_root=str(settings.sysfs_root))
+                                       sysfs_root=str(settings.sysfs_root),
+                                       lease_key=self.lease_key)
 
     def discover(self) -> list[DeviceSpec]:
         """Every device this host offers now: the emulated one, and dax devices from sysfs."""
@@ -120,11 +127,13 @@ class Daemon:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan", self.rescan)))
         if self.hotplug is not None:
             self.hotplug.start()
+        self.fd_server.start()
         log.info("daemon.started host=%s listen=%s ledger=%s udev=%s", s.host_id, s.listen,
                  self.ledger.url.split("@")[-1], self.hotplug is not None)
         try:
             yield
         finally:
+            self.fd_server.stop()
             if self.hotplug is not None:
                 self.hotplug.stop()
             for task in tasks:
@@ -136,7 +145,17 @@ class Daemon:
             log.info("daemon.stopped host=%s", s.host_id)
 
     def serve(self) -> None:
-        config = uvicorn.Config(self.app, host=self.settings.listen_host,
-                                port=self.settings.listen_port, log_level="warning",
-                                access_log=False, lifespan="on")
-        uvicorn.Server(config).run()
+        """HTTP on the TCP address and on <sockets_dir>/api.sock (same-host clients)."""
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
+        tcp = socket.create_server((self.settings.listen_host, self.settings.listen_port),
+                                   reuse_port=False)
+        uds_path = self.settings.sockets_dir / "api.sock"
+        uds_path.parent.mkdir(parents=True, exist_ok=True)
+        uds_path.unlink(missing_ok=True)
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        uds.bind(str(uds_path))
+        os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
+        try:
+            uvicorn.Server(config).run(sockets=[tcp, uds])
+        finally:
+            uds_path.unlink(missing_ok=True)

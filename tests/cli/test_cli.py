@@ -138,3 +138,17 @@ def test_discover_prints_the_topology(tmp_path: Path) -> None:
     assert verdicts == {"dax0.0": False, "dax0.1": False, "dax0.2": True, "dax0.3": True}
     bad = run("discover", "--sysfs-root", str(tmp_path / "nothing"))
     assert bad.returncode == 2 and "not a sysfs tree" in bad.stderr
+
+
+def test_same_host_clients_use_the_unix_sockets(daemon: tuple[str, str], tmp_path: Path) -> None:
+    """`poold serve` also answers HTTP on <runtime_dir>/api.sock and passes lease descriptors
+    on fd.sock (runtime_dir defaults to the state directory)."""
+    from poold.client import PooldClient
+
+    state = tmp_path / "state"
+    with PooldClient(uds=str(state / "api.sock"), fd_socket=str(state / "fd.sock")) as client:
+        assert client.pools()[0].size == 256 * MiB
+        with client.lease(2 * MiB) as lease, lease.map() as mapping:
+            assert mapping.via == "fd"
+            mapping.buffer[:4] = b"unix"
+        assert client.events(lease_id=lease.id)[0].actor == "api:unix"

@@ -1,0 +1,50 @@
+"""Secrets this host keeps: the key that signs lease tokens.
+
+A lease token proves its bearer was handed the lease at grant time: it is an HMAC of the lease id
+under a key that never leaves this host, so nothing needs storing per lease and a replayed
+(idempotent) grant gets the same token. The daemon asks for it before passing a lease's file
+descriptor over its UNIX socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+KEY_BYTES = 32
+
+
+def load_or_create_key(path: Path) -> bytes:
+    """Read the key, creating it (0600, atomically) on first start."""
+    try:
+        key = path.read_bytes()
+        if len(key) >= KEY_BYTES:
+            return key
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # first writer wins; a concurrent start reads the winner's key
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_bytes()
+
+
+def lease_token(key: bytes, lease_id: str) -> str:
+    return hmac.new(key, lease_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def token_matches(key: bytes, lease_id: str, token: str) -> bool:
+    return hmac.compare_digest(lease_token(key, lease_id), token)

@@ -1,0 +1,118 @@
+"""Mapping a lease without permission on the device: the daemon passes the open descriptor over
+its UNIX socket (SCM_RIGHTS) to whoever shows the lease's token, and names the caller by
+SO_PEERCRED. A caller that does not hold the lease gets nothing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from poold import errors
+from poold.client import PooldClient
+from poold.client.fdsocket import receive_fd
+from poold.types import MiB
+from tests.daemon_fixtures import serving_daemon
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def daemon_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    state = tmp_path / "state"
+    state.mkdir()
+    with serving_daemon(state, emulate_dir=state) as (_daemon, url):
+        yield url, state
+
+
+def test_map_through_a_passed_descriptor(daemon_dir: tuple[str, Path]) -> None:
+    url, state = daemon_dir
+    with PooldClient(url, fd_socket=str(state / "fd.sock")) as client, \
+            client.lease(4 * MiB) as lease, lease.map() as mapping:
+        assert mapping.via == "fd"
+        mapping.buffer[:6] = b"passed"
+        with open(lease.info.chardev, "rb") as device:
+            device.seek(lease.info.offset)
+            assert device.read(6) == b"passed"
+
+
+def test_the_caller_is_named_by_its_credentials(daemon_dir: tuple[str, Path]) -> None:
+    url, state = daemon_dir
+    with PooldClient(url) as client:
+        granted = client.grant(2 * MiB)
+        passed = receive_fd(str(state / "fd.sock"), granted.id, granted.token)
+        os.close(passed.fd)
+    assert passed.peer == {"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid()}
+    assert (passed.offset, passed.length) == (granted.offset, granted.length)
+
+
+def test_no_descriptor_without_the_lease(daemon_dir: tuple[str, Path]) -> None:
+    url, state = daemon_dir
+    sock = str(state / "fd.sock")
+    with PooldClient(url) as client:
+        mine = client.grant(2 * MiB)
+        other = client.grant(2 * MiB)
+        with pytest.raises(errors.NotLeaseHolder):
+            receive_fd(sock, other.id, mine.token)  # a token for another lease
+        with pytest.raises(errors.UnknownLease):
+            receive_fd(sock, "nope", mine.token)
+        client.release(mine.id)
+        with pytest.raises(errors.LeaseNotActive):
+            receive_fd(sock, mine.id, mine.token)  # released: the token is worthless now
+        # Only the grant shows the token; reading a lease does not.
+        assert "token" not in client.raw("GET", f"/v1/leases/{other.id}")
+
+
+def _map_as_nobody(fd_socket: str, lease_id: str, token: str, chardev: str,
+                   out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    try:
+        os.open(chardev, os.O_RDWR)
+        out.put("could open the device itself")
+        return
+    except PermissionError:
+        pass
+    from poold.client.mapping import Mapping
+
+    passed = receive_fd(fd_socket, lease_id, token)
+    with Mapping(chardev, passed.offset, passed.length, passed.align, fd=passed.fd) as mapping:
+        mapping.buffer[:6] = b"nobody"
+    os.close(passed.fd)
+    out.put("mapped")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_an_unprivileged_holder_maps_what_it_cannot_open(tmp_path: Path) -> None:
+    # The sockets live where anyone may reach them; the device file stays root's, mode 0600,
+    # in a directory only root may enter.
+    sockets = Path(tempfile.mkdtemp(prefix="poold-fd-"))
+    sockets.chmod(stat.S_IRWXU | stat.S_IXGRP | stat.S_IXOTH)
+    try:
+        with serving_daemon(tmp_path, runtime_dir=sockets) as (_daemon, url):
+            _holder_as_nobody(url, sockets)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _holder_as_nobody(url: str, state: Path) -> None:
+    with PooldClient(url) as client:
+        granted = client.grant(2 * MiB)
+        device = Path(granted.chardev)
+        assert device.stat().st_mode & 0o777 == 0o600
+        out: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()  # type: ignore[type-arg]
+        child = multiprocessing.get_context("fork").Process(
+            target=_map_as_nobody, args=(str(state / "fd.sock"), granted.id, granted.token,
+                                         granted.chardev, out))
+        child.start()
+        child.join(30)
+        assert out.get(timeout=5) == "mapped"
+        with device.open("rb") as f:
+            f.seek(granted.offset)
+            assert f.read(6) == b"nobody"
