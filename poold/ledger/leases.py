@@ -145,7 +145,7 @@ def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
         device = tx.catalog.device(lease.device_id)
         pool = tx.catalog.pool_by_id(lease.pool_id)
     assert device is not None and pool is not None
-    return LeaseView.of(lease, device, pool.name, tx.now)
+    return LeaseView.build(lease, device, pool.name, tx.now)
 
 
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
@@ -181,7 +181,7 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
              lease_id=lease.id, offset=extent.offset, length=extent.length,
              generation=lease.generation, ttl_s=ttl_s, requested=request.size)
-    return LeaseView.of(lease, device, pool.name, tx.now)
+    return LeaseView.build(lease, device, pool.name, tx.now)
 
 
 def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str) -> LeaseView:

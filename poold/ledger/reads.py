@@ -26,8 +26,8 @@ from poold.types import DeviceState, LeaseState
 
 def devices(session: Session, now: datetime) -> list[DeviceView]:
     names = repo.pool_names(session)
-    claimed = repo.bytes_by_device(session, Claim, None)
-    leased = repo.bytes_by_device(session, Lease, now)
+    claimed = repo.live_usage(session, Claim, "device", None)
+    leased = repo.live_usage(session, Lease, "device", now)
     return [_device_view(d, names[d.pool_id], claimed, leased) for d in repo.list_devices(session)]
 
 
@@ -101,8 +101,8 @@ def events(session: Session, *, limit: int = 100, after_id: int | None = None,
 
 
 def hosts(session: Session, now: datetime) -> list[HostView]:
-    claimed = repo.bytes_by_host(session, Claim, None)
-    leased = repo.bytes_by_host(session, Lease, now)
+    claimed = repo.live_usage(session, Claim, "host", None)
+    leased = repo.live_usage(session, Lease, "host", now)
     return [
         HostView(
             id=h.id, name=h.name, state=h.state, registered_at=h.registered_at,

@@ -258,16 +258,16 @@ def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
 # --- usage figures --------------------------------------------------------------------------
 
 
-def bytes_by_device(session: Session, model: type[Claim] | type[Lease], now: datetime | None
-                    ) -> dict[int, tuple[int, int]]:
-    """{device_id: (live bytes, live count)} of live claims or leases."""
-    query = select(model.device_id, func.sum(model.length), func.count()).where(
-        model.state == "active"
-    )
+def live_usage(session: Session, model: type[Claim] | type[Lease], by: str,
+               now: datetime | None) -> dict[Any, tuple[int, int]]:
+    """{device_id or host_id: (live bytes, live count)} of live claims or leases; a lease past
+    expires_at (by `now`) no longer counts."""
+    key = model.device_id if by == "device" else model.host_id
+    query = select(key, func.sum(model.length), func.count()).where(model.state == "active")
     if model is Lease and now is not None:
         query = query.where(Lease.expires_at > now)
-    rows = session.execute(query.group_by(model.device_id))
-    return {device_id: (int(total or 0), int(count)) for device_id, total, count in rows}
+    rows = session.execute(query.group_by(key))
+    return {group: (int(total or 0), int(count)) for group, total, count in rows}
 
 
 # --- events ------------------------------------------------------------------------------------
@@ -326,15 +326,3 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
         .values(state=LeaseState.LOST, ended_at=now)
     )
     return cast(CursorResult[Any], result).rowcount
-
-
-def bytes_by_host(session: Session, model: type[Claim] | type[Lease], now: datetime | None
-                  ) -> dict[str, tuple[int, int]]:
-    """{host_id: (live bytes, live count)} of live claims or leases."""
-    query = select(model.host_id, func.sum(model.length), func.count()).where(
-        model.state == "active"
-    )
-    if model is Lease and now is not None:
-        query = query.where(Lease.expires_at > now)
-    rows = session.execute(query.group_by(model.host_id))
-    return {host_id: (int(total or 0), int(count)) for host_id, total, count in rows}

@@ -36,32 +36,9 @@ class LeaseView:
     idempotency_key: str | None = None
 
     @classmethod
-    def of(cls, lease: LeaseRecord, device: DeviceRecord, pool_name: str, now: datetime
-           ) -> LeaseView:
-        """The writer's view: built from plain rows, no ORM object involved."""
-        return cls(
-            id=lease.id,
-            pool=pool_name,
-            host=lease.host_id,
-            tenant=lease.tenant,
-            device=device.devname,
-            device_id=device.id,
-            chardev=device.chardev,
-            offset=lease.offset,
-            length=lease.length,
-            align=device.align,
-            generation=lease.generation,
-            ttl_s=lease.ttl_s,
-            granted_at=lease.granted_at,
-            expires_at=lease.expires_at,
-            ended_at=lease.ended_at,
-            state=effective_state(lease, now),
-            labels=dict(lease.labels),
-            idempotency_key=lease.idempotency_key,
-        )
-
-    @classmethod
-    def build(cls, lease: Lease, device: Device, pool_name: str, now: datetime) -> LeaseView:
+    def build(cls, lease: Lease | LeaseRecord, device: Device | DeviceRecord, pool_name: str,
+              now: datetime) -> LeaseView:
+        """From ORM rows (reads) or the writer's plain records: the same attribute names."""
         return cls(
             id=lease.id,
             pool=pool_name,
