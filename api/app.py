@@ -8,25 +8,34 @@ from fastapi import FastAPI
 from starlette.types import Lifespan
 
 from api import errors
-from api.routers import hosts, inventory, leases
+from api.metrics import EdgeMetricsMiddleware, Metrics
+from api.routers import hosts, inventory, leases, ops
 from api.schemas import Health
 from poold import __version__
 from poold.ledger.ledger import Ledger
 
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
-               sysfs_root: str = "/sys", lease_key: bytes | None = None) -> FastAPI:
+               sysfs_root: str = "/sys", lease_key: bytes | None = None,
+               metrics: Metrics | None = None, probe_timeout_s: float = 5.0) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
-    `lease_key` signs lease tokens (a fresh one per app when not given)."""
+    `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
+    with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
+    /readyz."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.")
     app.state.ledger = ledger
     app.state.sysfs_root = sysfs_root
     app.state.lease_key = lease_key or secrets.token_bytes(32)
+    metrics = metrics or Metrics(ledger)
+    app.state.metrics = metrics
+    app.state.probe_timeout_s = probe_timeout_s
     errors.install(app)
+    app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.include_router(leases.router)
     app.include_router(inventory.router)
     app.include_router(hosts.router)
+    app.include_router(ops.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -11,7 +11,7 @@ import os
 import socket
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 from pydantic_settings import (
@@ -141,6 +141,19 @@ class Settings(BaseSettings):
         description="Most ledger commands folded into one transaction by the writer.",
     )
     log_level: str = Field(default="INFO", description="Python logging level name.")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text: one line per record, for people and journalctl. json: one JSON object "
+        "per line (time, level, logger, message and the record's key=value context), for log "
+        "shippers.",
+    )
+    probe_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds /readyz and the systemd watchdog wait for the ledger to answer a read "
+        "and a no-op write before calling it unavailable: well under the watchdog's 15 s ping "
+        "period, well over a commit under load.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--emulate", type=parse_size, metavar="SIZE",
                        help="add an emulated device of SIZE (e.g. 1GiB)")
     serve.add_argument("--host-id", help="this host's id in the ledger")
+    serve.add_argument("--log-format", choices=["text", "json"],
+                       help="text lines (default) or JSON lines with key=value context as fields")
     serve.set_defaults(func=_serve)
 
     list_ = sub.add_parser("list", help="list devices, pools or leases")
@@ -118,11 +119,11 @@ def _client(args: argparse.Namespace) -> PooldClient:
 
 def _serve(args: argparse.Namespace) -> int:
     from poold.daemon import Daemon  # the daemon pulls in uvicorn: only for `serve`
+    from poold.daemon.logs import configure_logging
 
     settings = _settings(args, listen=args.listen, emulate_size=args.emulate,
-                         host_id=args.host_id)
-    logging.basicConfig(level=settings.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+                         host_id=args.host_id, log_format=args.log_format)
+    configure_logging(settings.log_level, settings.log_format)
     Daemon(settings).serve()
     return 0
 

@@ -1,9 +1,10 @@
 """Daemon: settings in, a serving poold out.
 
 The one place that builds objects: migrates the ledger, opens it, registers this host, its pool
-and its devices, builds the API, and runs the background tasks with the server: the reaper and
-heartbeat, the periodic rescan, and the udev watcher. Nothing below this module creates engines,
-writers, threads or tasks on its own.
+and its devices, builds the metrics and the API, and runs the background tasks with the server:
+the reaper and heartbeat, the periodic rescan, the udev watcher and the systemd watchdog. It tells
+systemd (sd_notify) when the API listens and when it starts to stop. Nothing below this module
+creates engines, writers, threads or tasks on its own.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator
 from fnmatch import fnmatch
 from functools import partial
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.metrics import Metrics
+from api.routers.ops import ledger_problem
 from drivers import DriverFailure
 from drivers.emulated import default_backing_dir, ensure_emulated_device
 from drivers.topology import scan
@@ -30,22 +35,26 @@ from poold import db
 from poold.config import Settings
 from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
+from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
+from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import leases, registry
+from poold.ledger import leases, reads, registry
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
 from poold.models import Pool
 from poold.security import load_or_create_key
+from poold.types import EventKind
 
 log = logging.getLogger(__name__)
 
 
 class Daemon:
     def __init__(self, settings: Settings, clock: LedgerClock | None = None,
-                 monitor: UdevMonitor | None = None) -> None:
+                 monitor: UdevMonitor | None = None, notifier: Notifier | None = None) -> None:
         self.settings = settings
+        self.notifier = notifier or Notifier.from_environment()
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         db.upgrade(settings.ledger_url)
         self.ledger = Ledger(
@@ -54,19 +63,25 @@ class Daemon:
             batch_max=settings.commit_batch_max,
         )
         self.ledger.start()
+        self.metrics = Metrics(self.ledger)
+        self._reclaims_lock = threading.Lock()
+        self._events_seen = self._newest_event_id()
         try:
             specs: list[DeviceSpec] | None = self.discover()
         except DriverFailure:
             specs = None  # start anyway, leave devices as the ledger has them; rescans retry
         self.ledger.run(partial(self._register, specs=specs))
+        self._count_reclaims()  # leases on devices that vanished while the daemon was down
         if monitor is None and settings.watch_udev and settings.discover_dax:
             monitor = open_monitor()
-        self.hotplug = HotplugWatcher(monitor, self.rescan) if monitor is not None else None
+        self.hotplug = (HotplugWatcher(monitor, partial(self.rescan, trigger="udev"))
+                        if monitor is not None else None)
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key)
         self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan,
                                        sysfs_root=str(settings.sysfs_root),
-                                       lease_key=self.lease_key)
+                                       lease_key=self.lease_key, metrics=self.metrics,
+                                       probe_timeout_s=settings.probe_timeout_s)
 
     def discover(self) -> list[DeviceSpec]:
         """Every device this host offers now: the emulated one, and dax devices from sysfs."""
@@ -87,10 +102,39 @@ class Daemon:
                 raise
         return specs
 
-    def rescan(self) -> None:
+    def rescan(self, trigger: str = "manual") -> None:
         """Reconcile the ledger with what sysfs shows now (hotplug, periodic fallback)."""
-        specs = self.discover()
-        self.ledger.run(partial(self._reconcile, specs=specs))
+        try:
+            specs = self.discover()
+            self.ledger.run(partial(self._reconcile, specs=specs))
+        except Exception as exc:
+            self.metrics.rescans.labels(trigger, "failed").inc()
+            if isinstance(exc, LedgerUnavailable):
+                self.metrics.ledger_error("rescan")
+            raise
+        self.metrics.rescans.labels(trigger, "ok").inc()
+        self._count_reclaims()
+
+    def _newest_event_id(self) -> int:
+        newest = self.ledger.read(lambda s, _now: reads.events(s, limit=1))
+        return newest[0].id if newest else 0
+
+    def _count_reclaims(self) -> None:
+        """Count this host's lease.lost events since the last look: reconciling the inventory
+        ends leases inside the ledger, and the audit log is how the edge learns how many.
+        (Past 10,000 in one rescan the count falls short; the leases are lost all the same.)"""
+        with self._reclaims_lock:
+            try:
+                found = self.ledger.read(lambda s, _now: reads.events(
+                    s, after_id=self._events_seen, kind=EventKind.LEASE_LOST, limit=10_000))
+            except LedgerUnavailable:
+                self.metrics.ledger_error("rescan")
+                return  # the cursor stays: the next rescan counts these too
+            if found:
+                self._events_seen = max(e.id for e in found)
+            lost = sum(1 for e in found if e.host == self.settings.host_id)
+        if lost:
+            self.metrics.reclaims.labels("lost").inc(lost)
 
     def _register(self, tx: Tx, specs: list[DeviceSpec] | None) -> None:
         registry.register_host(tx, self.settings.host_name)
@@ -117,19 +161,30 @@ class Daemon:
         def command(tx: Tx) -> int:
             registry.register_host(tx, self.settings.host_name)
             return leases.reap(tx)
-        return self.ledger.run(command)
+        try:
+            reaped = self.ledger.run(command)
+        except LedgerUnavailable:
+            self.metrics.ledger_error("reaper")
+            raise
+        self.metrics.expiries.inc(reaped)
+        return reaped
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         s = self.settings
         tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick))]
         if s.discover_dax:
-            tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan", self.rescan)))
+            tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
+                                                   partial(self.rescan, trigger="periodic"))))
+        watchdog_s = self.notifier.watchdog_period_s
+        if watchdog_s is not None:
+            probe = partial(ledger_problem, self.ledger, s.probe_timeout_s, self.metrics)
+            tasks.append(asyncio.create_task(keep_watchdog(self.notifier, watchdog_s, probe)))
         if self.hotplug is not None:
             self.hotplug.start()
         self.fd_server.start()
-        log.info("daemon.started host=%s listen=%s ledger=%s udev=%s", s.host_id, s.listen,
-                 self.ledger.url.split("@")[-1], self.hotplug is not None)
+        log.info("daemon.started host=%s listen=%s ledger=%s udev=%s watchdog_s=%s", s.host_id,
+                 s.listen, self.ledger.url.split("@")[-1], self.hotplug is not None, watchdog_s)
         try:
             yield
         finally:
@@ -145,8 +200,14 @@ class Daemon:
             log.info("daemon.stopped host=%s", s.host_id)
 
     def serve(self) -> None:
-        """HTTP on the TCP address and on <sockets_dir>/api.sock (same-host clients)."""
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
+        """HTTP on the TCP address and on <sockets_dir>/api.sock (same-host clients).
+
+        READY=1 goes to systemd once both listen; STOPPING=1 as soon as a signal asks to stop.
+        """
+        # log_config=None: uvicorn's records go through the handler `poold serve` configured
+        # (text or JSON) instead of uvicorn's own.
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
+                                log_config=None)
         tcp = socket.create_server((self.settings.listen_host, self.settings.listen_port),
                                    reuse_port=False)
         uds_path = self.settings.sockets_dir / "api.sock"
@@ -155,7 +216,28 @@ class Daemon:
         uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         uds.bind(str(uds_path))
         os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
+        status = f"serving http://{self.settings.listen} and {uds_path}"
         try:
-            uvicorn.Server(config).run(sockets=[tcp, uds])
+            _SystemdServer(config, self.notifier, status).run(sockets=[tcp, uds])
         finally:
             uds_path.unlink(missing_ok=True)
+            self.notifier.close()
+
+
+class _SystemdServer(uvicorn.Server):
+    """uvicorn's server, telling systemd when it listens and when it begins to stop."""
+
+    def __init__(self, config: uvicorn.Config, notifier: Notifier, status: str) -> None:
+        super().__init__(config)
+        self._notifier = notifier
+        self._status = status
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:  # the lifespan ran (tasks up) and every socket accepts connections
+            self._notifier.ready(self._status)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            self._notifier.stopping()
+        super().handle_exit(sig, frame)

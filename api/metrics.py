@@ -1,0 +1,211 @@
+"""Prometheus instruments of one poold: what /metrics exposes.
+
+Owns a private registry (one per app, so tests can build many apps in one process), the counters
+and histogram the API edge and the daemon's tasks feed, the ASGI middleware that times and
+counts lease operations at the edge, and a collector that reads capacity from the ledger's reads
+at scrape time. Nothing here runs inside the ledger: the ledger is only read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poold.errors import LedgerUnavailable
+from poold.ledger import reads
+from poold.ledger.ledger import Ledger
+from poold.ledger.views import DeviceView, PoolView
+from poold.types import DeviceState
+
+OPERATIONS = ("grant", "keepalive", "release", "revoke")
+# Grants and renewals take a group commit (about a millisecond) and up to a fsync under load.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                   5.0, 10.0)
+# Paths the edge does not count: probes and scrapes, which count themselves.
+UNCOUNTED = frozenset({"/metrics", "/readyz", "/healthz"})
+MAX_ERROR_BODY = 4096
+
+
+class Metrics:
+    """The instruments; with a `ledger`, also capacity read from it at every scrape."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        # No `_created` series beside every counter and histogram: in the text format each is
+        # one more series to store, for a start time nobody here reads. (Process-wide, and
+        # poold is the process.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        if ledger is not None:
+            # First, so a failed read it counts shows in the same scrape's ledger errors.
+            r.register(CapacityCollector(ledger, self))
+        self.lease_ops = Counter(
+            "poold_lease_operations", "Lease operations answered by the API, by outcome: ok or "
+            "the error class", ["operation", "outcome"], registry=r)
+        self.lease_latency = Histogram(
+            "poold_lease_operation_duration_seconds", "Time to answer a lease operation",
+            ["operation"], buckets=LATENCY_BUCKETS, registry=r)
+        self.expiries = Counter(
+            "poold_lease_expiries", "Expired leases the reaper finalised", registry=r)
+        self.reclaims = Counter(
+            "poold_lease_reclaims", "Leases taken back from their holders without a release: "
+            "lost when their device vanished or changed", ["reason"], registry=r)
+        self.ledger_errors = Counter(
+            "poold_ledger_errors", "LedgerUnavailable seen, by where: api, reaper, rescan, "
+            "probe, metrics", ["source"], registry=r)
+        self.rescans = Counter(
+            "poold_rescans", "Inventory rescans, by trigger and outcome", ["trigger", "outcome"],
+            registry=r)
+        # Present from the start, so rate() sees the first one; kept, so the hot path skips the
+        # label lookup.
+        self.ok = {op: self.lease_ops.labels(op, "ok") for op in OPERATIONS}
+        self.latency = {op: self.lease_latency.labels(op) for op in OPERATIONS}
+        self.reclaims.labels("lost")
+
+    def ledger_error(self, source: str) -> None:
+        self.ledger_errors.labels(source).inc()
+
+
+class CapacityCollector(Collector):
+    """Bytes by state per pool and per device, read from the ledger when scraped."""
+
+    def __init__(self, ledger: Ledger, metrics: Metrics) -> None:
+        self._ledger = ledger
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # dynamic: the registry must not call collect() at registration
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("poold_ledger_up", "1 when the ledger answered this scrape's read")
+        try:
+            devices, pools = self._ledger.read(
+                lambda s, now: (reads.devices(s, now), reads.pools(s, now)))
+        except LedgerUnavailable:
+            self._metrics.ledger_error("metrics")
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from _pool_families(pools)
+        yield from _device_families(devices)
+
+
+def _pool_families(pools: list[PoolView]) -> Iterator[Metric]:
+    size = GaugeMetricFamily("poold_pool_bytes", "Pool capacity by state: size, claimed, leased, "
+                             "free (unclaimed), available (unleased)", labels=["pool", "state"])
+    live = GaugeMetricFamily("poold_pool_live_leases", "Active leases in the pool",
+                             labels=["pool"])
+    for p in pools:
+        for state, value in (("size", p.size), ("claimed", p.claimed_bytes),
+                             ("leased", p.leased_bytes), ("free", p.free_bytes),
+                             ("available", p.available_bytes)):
+            size.add_metric([p.name, state], value)
+        live.add_metric([p.name], p.live_leases)
+    yield size
+    yield live
+
+
+def _device_families(devices: list[DeviceView]) -> Iterator[Metric]:
+    size = GaugeMetricFamily("poold_device_bytes", "Device capacity by state: size, claimed, "
+                             "leased, free (unclaimed)",
+                             labels=["host", "pool", "device", "state"])
+    online = GaugeMetricFamily("poold_device_online", "1 when the device is online (not "
+                               "missing or draining)", labels=["host", "pool", "device"])
+    for d in devices:
+        key = [d.host or "", d.pool, d.devname]
+        for state, value in (("size", d.size), ("claimed", d.claimed_bytes),
+                             ("leased", d.leased_bytes), ("free", d.free_bytes)):
+            size.add_metric([*key, state], value)
+        online.add_metric(key, 1 if d.state == DeviceState.ONLINE else 0)
+    yield size
+    yield online
+
+
+def lease_operation(method: str, path: str) -> str | None:
+    """The lease operation a request is, by method and path; None for anything else."""
+    if not path.startswith("/v1/leases"):
+        return None
+    parts = path.strip("/").split("/")  # v1, leases, [id, [action]]
+    if parts[1] != "leases":
+        return None
+    if method == "POST" and len(parts) == 2:
+        return "grant"
+    if method == "DELETE" and len(parts) == 3:
+        return "release"
+    if method == "POST" and len(parts) == 4 and parts[3] in {"keepalive", "revoke"}:
+        return parts[3]
+    return None
+
+
+class EdgeMetricsMiddleware:
+    """Times and counts lease operations, and counts LedgerUnavailable answers on any route.
+
+    Pure ASGI (no BaseHTTPMiddleware): it only watches the status and, for errors, the small JSON
+    body, whose `error` names the outcome.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNCOUNTED:
+            await self.app(scope, receive, send)
+            return
+        operation = lease_operation(scope["method"], scope["path"])
+        seen = _Response()
+
+        async def watch(message: Message) -> None:
+            seen.observe(message)
+            await send(message)
+
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self._record(operation, seen, time.perf_counter() - started)
+
+    def _record(self, operation: str | None, seen: _Response, elapsed: float) -> None:
+        error = seen.error()
+        if error == "LedgerUnavailable":
+            self.metrics.ledger_error("api")
+        if operation is not None:
+            m = self.metrics
+            (m.ok[operation] if error is None else m.lease_ops.labels(operation, error)).inc()
+            m.latency[operation].observe(elapsed)
+
+
+class _Response:
+    __slots__ = ("body", "status")
+
+    def __init__(self) -> None:
+        self.status = 0  # 0: the app raised before answering
+        self.body = b""
+
+    def observe(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        elif message["type"] == "http.response.body" and self.status >= 400:
+            self.body = (self.body + message.get("body", b""))[:MAX_ERROR_BODY]
+
+    def error(self) -> str | None:
+        """None for a success, else the error class the body names."""
+        if 0 < self.status < 400:
+            return None
+        if self.status == 0:
+            return "InternalError"
+        try:
+            payload: Any = json.loads(self.body)
+            name = payload["error"]
+        except (ValueError, KeyError, TypeError):
+            return f"HTTP{self.status}"
+        return name if isinstance(name, str) and name.isidentifier() else f"HTTP{self.status}"
