@@ -275,7 +275,19 @@ class MemcpyOneCall(Case):
         np.copyto(self.ctx.src, self.ctx.dst)
 
 
-class RawLease(Case):
+class ArrayCase(Case):
+    """A case whose store is one byte array `arr`: blocks are copied in and out at offsets."""
+
+    arr: np.ndarray
+
+    def put(self) -> None:
+        copy_blocks(self.arr, self.ctx.src, self.ctx.bs, self.n)
+
+    def get(self) -> None:
+        copy_blocks(self.ctx.dst, self.arr, self.ctx.bs, self.n)
+
+
+class RawLease(ArrayCase):
     name = "poold raw mapping (pre-faulted lease, numpy copyto per block)"
 
     def setup(self, ctx: Ctx) -> None:
@@ -283,12 +295,6 @@ class RawLease(Case):
         self.lease = ctx.client.lease(ctx.nbytes, ttl_s=60)
         self.mapping = self.lease.map()
         self.arr = self.mapping.numpy()
-
-    def put(self) -> None:
-        copy_blocks(self.arr, self.ctx.src, self.ctx.bs, self.n)
-
-    def get(self) -> None:
-        copy_blocks(self.ctx.dst, self.arr, self.ctx.bs, self.n)
 
     def teardown(self) -> None:
         del self.arr
@@ -539,19 +545,13 @@ class KVFirstFill(Case):
         return {"fresh": self.nbytes / t_first / GB, "warm": self.nbytes / t_warm / GB}
 
 
-class ShmOne(Case):
+class ShmOne(ArrayCase):
     name = "shared_memory, one segment (numpy copyto per block)"
 
     def setup(self, ctx: Ctx) -> None:
         super().setup(ctx)
         self.shm = shared_memory.SharedMemory(create=True, size=ctx.nbytes)
         self.arr = np.ndarray((ctx.nbytes,), dtype=np.uint8, buffer=self.shm.buf)
-
-    def put(self) -> None:
-        copy_blocks(self.arr, self.ctx.src, self.ctx.bs, self.n)
-
-    def get(self) -> None:
-        copy_blocks(self.ctx.dst, self.arr, self.ctx.bs, self.n)
 
     def teardown(self) -> None:
         del self.arr
