@@ -60,8 +60,6 @@ class LeaseState(StrEnum):
     LOST = "lost"
 
 
-LIVE_LEASE_STATES = (LeaseState.ACTIVE,)
-
 
 class EventKind(StrEnum):
     LEASE_GRANTED = "lease.granted"

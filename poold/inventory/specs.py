@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drivers.dax import chardev_path
 from drivers.emulated import EmulatedDevice
 from drivers.topology import Topology
 from poold.inventory.discovery import backing, identity
@@ -45,7 +46,7 @@ def specs_from_topology(topology: Topology) -> list[DeviceSpec]:
             kind = DeviceKind.SYSTEM_RAM if device.mode == "system-ram" else DeviceKind.DEVDAX
             specs.append(DeviceSpec(
                 uid=identity(region, device, back), kind=kind, devname=device.chardev,
-                chardev=f"/dev/{device.chardev}", size=device.size,
+                chardev=chardev_path(device), size=device.size,
                 align=device.align or region.align or 4096, numa_node=device.target_node,
             ))
     return specs
