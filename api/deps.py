@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.auth import principal_of
 from poold.ledger.ledger import Ledger
 
 
@@ -21,9 +22,8 @@ def ledger_of(request: Request) -> Ledger:
 
 
 def actor_of(request: Request) -> str:
-    """Who the audit log names. Until tokens exist (issue 8) that is the peer address."""
-    client = request.client
-    return f"api:{client.host}" if client else "api:unix"
+    """Who the audit log names: the request's principal."""
+    return principal_of(request).actor
 
 
 async def get_ledger(request: Request) -> Ledger:

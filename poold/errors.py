@@ -60,6 +60,18 @@ class NotLeaseHolder(PooldError):
     """The caller did not show the lease's token: it was not handed this lease."""
 
 
+class Unauthenticated(PooldError):
+    """No credential, or one that is unknown, malformed or revoked."""
+
+
+class Forbidden(PooldError):
+    """The credential is valid but its role may not do this."""
+
+
+class QuotaExceeded(PooldError):
+    """The grant would take a tenant past its byte or lease-count quota."""
+
+
 class LeaseTooLarge(InvalidRequest):
     """No device in the pool (or the pool's policy) could ever hold a lease this large."""
 

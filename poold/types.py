@@ -61,6 +61,37 @@ class LeaseState(StrEnum):
 
 
 
+class Role(StrEnum):
+    """What a bearer token may do: admins everything; tenants their own leases; host agents
+    lease for any tenant on their host and read the inventory, but manage nothing."""
+
+    ADMIN = "admin"
+    TENANT = "tenant"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: from a bearer token, a UNIX-socket peer mapped by config, or the daemon."""
+
+    name: str
+    role: Role
+    tenant: str | None = None
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this principal."""
+        return f"{self.role.value}:{self.name}"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def owns(self, tenant: str | None) -> bool:
+        """Whether a lease of `tenant` is this principal's to see and touch."""
+        return self.role is not Role.TENANT or tenant == self.tenant
+
+
 class EventKind(StrEnum):
     LEASE_GRANTED = "lease.granted"
     LEASE_RENEWED = "lease.renewed"
