@@ -1,6 +1,9 @@
-"""The drivers' single exception type; the daemon translates it into its own error tree."""
+"""The drivers' exception types; the daemon translates them into its own error tree."""
 
 from __future__ import annotations
+
+import errno as errnos
+import os
 
 
 class DriverFailure(Exception):
@@ -10,3 +13,19 @@ class DriverFailure(Exception):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+
+class KernelRefused(DriverFailure):
+    """A change the kernel refused (a sysfs write failed), or one the drivers refused before
+    writing anything because the kernel would have: `device` names the object (dax0.1,
+    memory33), `errno` is the kernel's answer (EBUSY, ENOSPC, EINVAL...)."""
+
+    def __init__(self, device: str, path: str, errno: int, message: str) -> None:
+        super().__init__(path, f"{device}: {message} [{errno_name(errno)}]")
+        self.device = device
+        self.errno = errno
+
+
+def errno_name(code: int) -> str:
+    """ENOSPC (No space left on device)."""
+    return f"{errnos.errorcode.get(code, f'errno {code}')} ({os.strerror(code)})"

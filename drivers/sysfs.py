@@ -11,7 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-from drivers.errors import DriverFailure
+from drivers.errors import DriverFailure, KernelRefused
 
 _NOT_APPLICABLE = {errno.ENXIO, errno.ENODEV}
 
@@ -46,6 +46,11 @@ class Sysfs:
         except (OSError, RuntimeError) as exc:
             raise DriverFailure(str(path), f"dangling link: {exc}") from exc
 
+    def write(self, path: Path, value: str, device: str) -> None:
+        """Write one attribute (the only way the drivers change the kernel; tests replace it with
+        a fake kernel that reacts to writes)."""
+        write_text(path, value, device)
+
     def relative(self, path: Path) -> str:
         """The kernel's path of a resolved directory below devices/, as daxctl prints it."""
         devices = self.resolve(self.path("devices"))
@@ -71,6 +76,23 @@ def read_text(path: Path) -> str | None:
         return raw.decode("ascii").strip()
     except UnicodeDecodeError as exc:
         raise DriverFailure(str(path), "not text") from exc
+
+
+def write_text(path: Path, value: str, device: str) -> None:
+    """One write(2) of `value` to an attribute, as the kernel wants it; a refusal becomes a
+    KernelRefused naming the device, the path and the kernel's errno."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # O_TRUNC: ignored by sysfs, needed by fakes
+    except OSError as exc:
+        raise KernelRefused(device, str(path), exc.errno or 0,
+                            f"cannot open for writing: {exc.strerror}") from exc
+    try:
+        os.write(fd, value.encode("ascii"))
+    except OSError as exc:
+        raise KernelRefused(device, str(path), exc.errno or 0,
+                            f"writing {value!r} refused: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
 
 
 def read_int(path: Path, *, base: int = 0) -> int | None:
