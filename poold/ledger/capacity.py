@@ -1,0 +1,126 @@
+"""Capacity at a glance: every device's bytes split into leased, scrubbing, claimed-but-idle, free
+and draining, and the same summed per pool. Read-only; the admin UI's overview draws it.
+
+The five figures of a device always add up to its size:
+
+- leased: active leases not past expires_at (by the ledger clock);
+- scrubbing: leases in state `scrubbing`, released extents being zeroed before reuse;
+- idle: claimed by a host but neither leased nor scrubbing (an expired lease the reaper has not
+  finalised yet counts here: nobody may use it, and it will be freed within one period);
+- free: not claimed;
+- draining: on a device in state `draining`, what would otherwise be idle or free: it is held
+  back from new grants while the leases on it run out.
+
+A missing device keeps its figures (its live extents are still in the ledger), but pools count
+only present devices, as `reads.pools` does. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from poold.ledger import repository as repo
+from poold.models import Claim, Lease
+from poold.types import DeviceState
+
+# Not a LeaseState member yet everywhere: compared as the string the ledger stores.
+SCRUBBING = "scrubbing"
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Bytes by what they are doing; the five add up to `size`."""
+
+    size: int
+    leased: int
+    scrubbing: int
+    idle: int
+    free: int
+    draining: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCapacity:
+    id: int
+    devname: str
+    pool: str
+    host: str | None
+    kind: str
+    state: str
+    numa_node: int | None
+    align: int
+    live_leases: int
+    bytes: Split
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    name: str
+    devices: int
+    missing_devices: int
+    live_leases: int
+    bytes: Split
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    pools: list[PoolCapacity]
+    devices: list[DeviceCapacity]
+
+
+def split(size: int, claimed: int, leased: int, scrubbing: int, draining: bool) -> Split:
+    """One device's five figures from what the ledger counts. Clamped so that a figure is never
+    negative even if a count is momentarily off (a read between two writers' commits)."""
+    leased = min(leased, size)
+    scrubbing = min(scrubbing, size - leased)
+    claimed = min(max(claimed, leased + scrubbing), size)
+    idle = claimed - leased - scrubbing
+    free = size - claimed
+    if draining:
+        return Split(size, leased, scrubbing, 0, 0, idle + free)
+    return Split(size, leased, scrubbing, idle, free, 0)
+
+
+def _scrubbing_by_device(session: Session) -> dict[int, int]:
+    query = (select(Lease.device_id, func.sum(Lease.length))
+             .where(Lease.state == SCRUBBING).group_by(Lease.device_id))
+    return {device: int(total or 0) for device, total in session.execute(query)}
+
+
+def _add(total: Split, one: Split) -> Split:
+    return Split(*(a + b for a, b in zip(
+        (total.size, total.leased, total.scrubbing, total.idle, total.free, total.draining),
+        (one.size, one.leased, one.scrubbing, one.idle, one.free, one.draining), strict=True)))
+
+
+def capacity(session: Session, now: datetime) -> Capacity:
+    names = repo.pool_names(session)
+    claimed = repo.live_usage(session, Claim, "device", None)
+    leased = repo.live_usage(session, Lease, "device", now)
+    scrubbing = _scrubbing_by_device(session)
+    devices = []
+    for d in repo.list_devices(session):
+        leased_bytes, live = leased.get(d.id, (0, 0))
+        devices.append(DeviceCapacity(
+            id=d.id, devname=d.devname, pool=names[d.pool_id], host=d.host_id, kind=d.kind,
+            state=d.state, numa_node=d.numa_node, align=d.align, live_leases=live,
+            bytes=split(d.size, claimed.get(d.id, (0, 0))[0], leased_bytes,
+                        scrubbing.get(d.id, 0), d.state == DeviceState.DRAINING),
+        ))
+    return Capacity(pools=[_pool(name, devices) for name in sorted(names.values())],
+                    devices=devices)
+
+
+def _pool(name: str, devices: list[DeviceCapacity]) -> PoolCapacity:
+    members = [d for d in devices if d.pool == name]
+    present = [d for d in members if d.state != DeviceState.MISSING]
+    total = Split(0, 0, 0, 0, 0, 0)
+    for d in present:
+        total = _add(total, d.bytes)
+    return PoolCapacity(name=name, devices=len(members),
+                        missing_devices=len(members) - len(present),
+                        live_leases=sum(d.live_leases for d in members), bytes=total)
