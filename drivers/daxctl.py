@@ -79,6 +79,40 @@ class DaxControl:
                for i in range(-(-m.start // block_size), (m.end + 1) // block_size)]
         return [blocks[i] for i in ids if i in blocks]
 
+    # ------------------------------------------------------------------ checks (no writes)
+    # What the kernel would refuse, refused before anything changes; the operations run these
+    # first too, and callers (the daemon) run them before holding the device in the ledger.
+
+    def check_resize(self, name: str, size: int) -> DaxDevice:
+        region, device = self.device(name)
+        self._dynamic(region, name)
+        self._not_system_ram(device)
+        self._check_size(name, size, device.align or region.align or VALID_ALIGNS[0],
+                         allow_zero=True)
+        available = region.available_size or 0
+        if size > device.size + available:
+            self._refuse(name, region, errno.ENOSPC,
+                         f"growing to {size} bytes needs {size - device.size} more, the region "
+                         f"has {available} available")
+        return device
+
+    def check_destroy(self, name: str) -> tuple[DaxRegion, DaxDevice]:
+        region, device = self.device(name)
+        self._dynamic(region, name)
+        self._not_system_ram(device)
+        if name.endswith(".0"):
+            self._refuse(name, region, errno.EBUSY,
+                         "the region's first device cannot be deleted, only shrunk to size 0")
+        return region, device
+
+    def check_reconfigure(self, name: str, mode: str) -> DaxDevice:
+        region, device = self.device(name)
+        if mode == "system-ram" and device.driver != KMEM and not device.size:
+            self._refuse(name, region, errno.EINVAL, "size 0: no memory to online")
+        if mode not in ("system-ram", "devdax"):
+            self._refuse(name, region, errno.EINVAL, f"unknown mode {mode!r}")
+        return device
+
     # ------------------------------------------------------------------ create, resize, destroy
 
     def create_device(self, region_id: int, size: int, align: int | None = None) -> DaxDevice:
@@ -108,16 +142,7 @@ class DaxControl:
     def resize_device(self, name: str, size: int) -> DaxDevice:
         """Grow or shrink a device of a dynamic region; it is unbound while its size changes and
         bound again when it has memory."""
-        region, device = self.device(name)
-        self._dynamic(region, name)
-        self._not_system_ram(device)
-        self._check_size(name, size, device.align or region.align or VALID_ALIGNS[0],
-                         allow_zero=True)
-        available = region.available_size or 0
-        if size > device.size + available:
-            self._refuse(name, region, errno.ENOSPC,
-                         f"growing to {size} bytes needs {size - device.size} more, the region "
-                         f"has {available} available")
+        device = self.check_resize(name, size)
         if size == device.size:
             return device
         was_bound = device.driver == DEVICE_DAX
@@ -135,12 +160,7 @@ class DaxControl:
     def destroy_device(self, name: str) -> None:
         """Unbind, shrink to 0 and delete a device of a dynamic region. The region's first
         device (daxN.0) cannot be deleted by the kernel: shrink it with resize_device(name, 0)."""
-        region, device = self.device(name)
-        self._dynamic(region, name)
-        self._not_system_ram(device)
-        if name.endswith(".0"):
-            self._refuse(name, region, errno.EBUSY,
-                         "the region's first device cannot be deleted, only shrunk to size 0")
+        region, device = self.check_destroy(name)
         was_bound = device.driver is not None
         if was_bound:
             self._unbind(name, device.driver or DEVICE_DAX)
@@ -159,11 +179,9 @@ class DaxControl:
 
     def to_system_ram(self, name: str) -> Reconfigured:
         """Hand the device to kmem and online its memory blocks movable: a NUMA node appears."""
-        region, device = self.device(name)
+        device = self.check_reconfigure(name, "system-ram")
         if device.driver == KMEM:
-            return self._reconfigured(name)
-        if not device.size:
-            self._refuse(name, region, errno.EINVAL, "size 0: no memory to online")
+            return self.reconfigured(name)
         if device.driver is not None:
             self._unbind(name, device.driver)
         try:
@@ -176,7 +194,7 @@ class DaxControl:
         except DriverFailure:
             self._back_to_devdax(name, strict=False)
             raise
-        return self._reconfigured(name)
+        return self.reconfigured(name)
 
     def to_devdax(self, name: str) -> Reconfigured:
         """Offline the device's memory blocks, take it from kmem and bind device_dax again.
@@ -186,9 +204,9 @@ class DaxControl:
         if device.driver != KMEM:
             if device.driver is None and device.size:
                 self._bind(name, DEVICE_DAX)
-            return self._reconfigured(name)
+            return self.reconfigured(name)
         self._back_to_devdax(name, strict=True)
-        return self._reconfigured(name)
+        return self.reconfigured(name)
 
     def _back_to_devdax(self, name: str, *, strict: bool) -> None:
         _region, device = self.device(name)
@@ -235,7 +253,8 @@ class DaxControl:
             (done if read_text(path) == "offline" else stuck).append(block)
         return done, stuck
 
-    def _reconfigured(self, name: str) -> Reconfigured:
+    def reconfigured(self, name: str) -> Reconfigured:
+        """The device now, and its memory blocks by state while kmem holds it."""
         device = self.device(name)[1]
         blocks = self.memory_blocks(device) if device.driver == KMEM else []
         return Reconfigured(

@@ -84,6 +84,15 @@ class LedgerUnavailable(PooldError):
     """The ledger database cannot be reached or refused the write."""
 
 
+class DeviceBusy(Conflict):
+    """The device holds live leases, or its memory is in use (system-ram), or the kernel
+    answered EBUSY: drain it and let the leases end, or revoke them, then retry."""
+
+
+class RegionFull(Conflict):
+    """The dax region has less available than the size asked; destroy or shrink a device."""
+
+
 class DriverError(PooldError):
     """A kernel or backing-file operation failed; the detail names the path."""
 

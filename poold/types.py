@@ -104,6 +104,12 @@ class EventKind(StrEnum):
     DEVICE_ADDED = "device.added"
     DEVICE_CHANGED = "device.changed"
     DEVICE_MISSING = "device.missing"
+    DEVICE_CREATED = "device.created"
+    DEVICE_DESTROYED = "device.destroyed"
+    DEVICE_RESIZED = "device.resized"
+    DEVICE_RECONFIGURED = "device.reconfigured"
+    DEVICE_DRAINED = "device.drained"
+    DEVICE_UNDRAINED = "device.undrained"
     HOST_REGISTERED = "host.registered"
     POOL_CREATED = "pool.created"
 

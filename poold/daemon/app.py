@@ -28,11 +28,14 @@ from api.app import create_app
 from api.metrics import Metrics
 from api.routers.ops import ledger_problem
 from drivers import DriverFailure
+from drivers.daxctl import DaxControl
 from drivers.emulated import default_backing_dir, ensure_emulated_device
+from drivers.sysfs import Sysfs
 from drivers.topology import scan
 from drivers.udev import UdevMonitor, open_monitor
 from poold import db
 from poold.config import Settings
+from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.sdnotify import Notifier, keep_watchdog
@@ -65,6 +68,8 @@ class Daemon:
         self.ledger.start()
         self.metrics = Metrics(self.ledger)
         self._reclaims_lock = threading.Lock()
+        # One device change or inventory rescan at a time: a rescan never sees a change half-done.
+        self._inventory_lock = threading.Lock()
         self._events_seen = self._newest_event_id()
         try:
             specs: list[DeviceSpec] | None = self.discover()
@@ -82,6 +87,10 @@ class Daemon:
                                        sysfs_root=str(settings.sysfs_root),
                                        lease_key=self.lease_key, metrics=self.metrics,
                                        probe_timeout_s=settings.probe_timeout_s)
+        if settings.discover_dax:  # admin device operations (api.routers.devices)
+            self.app.state.device_admin = DeviceOps(
+                self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
+                self._reconcile, self._inventory_lock)
 
     def discover(self) -> list[DeviceSpec]:
         """Every device this host offers now: the emulated one, and dax devices from sysfs."""
@@ -105,8 +114,9 @@ class Daemon:
     def rescan(self, trigger: str = "manual") -> None:
         """Reconcile the ledger with what sysfs shows now (hotplug, periodic fallback)."""
         try:
-            specs = self.discover()
-            self.ledger.run(partial(self._reconcile, specs=specs))
+            with self._inventory_lock:
+                specs = self.discover()
+                self.ledger.run(partial(self._reconcile, specs=specs))
         except Exception as exc:
             self.metrics.rescans.labels(trigger, "failed").inc()
             if isinstance(exc, LedgerUnavailable):

@@ -326,3 +326,41 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
         .values(state=LeaseState.LOST, ended_at=now)
     )
     return cast(CursorResult[Any], result).rowcount
+
+
+# --- device administration (drain, and holding a device while the daemon changes it) ----------
+
+
+def device_by_devname(session: Session, host_id: str, devname: str) -> Device | None:
+    """This host's device of that name; a present one before a missing namesake (a name the
+    kernel reused), the newest first."""
+    return session.scalars(
+        select(Device).where(Device.host_id == host_id, Device.devname == devname)
+        .order_by(Device.state == DeviceState.MISSING, Device.id.desc())
+    ).first()
+
+
+def change_device_state(session: Session, device_id: int, before: DeviceState,
+                        after: DeviceState, now: datetime) -> int:
+    """`before` -> `after`, only if the device is still `before`: 0 rows otherwise."""
+    result = session.execute(
+        update(Device).where(Device.id == device_id, Device.state == before)
+        .values(state=after, updated_at=now)
+    )
+    return cast(CursorResult[Any], result).rowcount
+
+
+def release_idle_claims(session: Session, device_id: int, host_id: str, now: datetime
+                        ) -> list[tuple[int, int, int]]:
+    """End this host's live claims on the device that hold no active lease; (id, offset,
+    length) of each."""
+    busy = select(Lease.id).where(Lease.claim_id == Claim.id, Lease.state == LeaseState.ACTIVE)
+    rows = session.execute(
+        update(Claim)
+        .where(Claim.device_id == device_id, Claim.host_id == host_id,
+               Claim.state == ClaimState.ACTIVE, ~busy.exists())
+        .values(state=ClaimState.RELEASED, ended_at=now)
+        .returning(Claim.id, Claim.offset, Claim.length)
+        .execution_options(synchronize_session=False)
+    )
+    return [(int(i), int(o), int(n)) for i, o, n in rows]

@@ -90,6 +90,10 @@ class HostSpace:
     def free(self, claim_id: int, extent: Extent) -> None:
         self._claims[claim_id].leases.free(extent)
 
+    def drop_claim(self, claim_id: int) -> None:
+        """A claim released in the ledger (it held no lease) leaves this host's space."""
+        self._claims.pop(claim_id, None)
+
     def claims_on(self, device_id: int) -> list[ClaimSpace]:
         return [c for c in self._claims.values() if c.device_id == device_id]
 
