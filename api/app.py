@@ -10,8 +10,8 @@ from starlette.types import Lifespan
 from api import errors
 from api.metrics import EdgeMetricsMiddleware, Metrics
 from api.routers import hosts, inventory, leases, ops, overview
-from api.routers.devices import router as device_router
 from api.schemas import Health
+from api.ui import router as ui
 from poold import __version__
 from poold.ledger.ledger import Ledger
 
@@ -37,8 +37,8 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.include_router(inventory.router)
     app.include_router(hosts.router)
     app.include_router(ops.router)
-    app.include_router(device_router)
     app.include_router(overview.router)
+    ui.install(app)  # /ui: the admin web UI (static files; the API calls carry the token)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -1,0 +1,962 @@
+// poold admin UI: one page, hash routes (#/overview, #/devices, #/map/<id>, #/leases, #/hosts,
+// #/events), one polling loop that refreshes the page on screen without reloading it.
+//
+// Every API call carries the admin's bearer token, kept in sessionStorage (this tab only). A 401
+// anywhere returns to the login page. The DOM is built with h() and textContent, never innerHTML:
+// tenant names and labels are whatever clients sent.
+
+const API = location.pathname.replace(/\/ui(\/.*)?$/, "");
+const KEY_TOKEN = "poold.token";
+const KEY_WHO = "poold.whoami";
+const KEY_NOTICE = "poold.notice";
+const POLL_MS = 1000;
+const SPLIT = ["leased", "scrubbing", "idle", "draining", "free"];
+const SPLIT_LABEL = {
+  leased: "Leased", scrubbing: "Scrubbing", idle: "Claimed, idle", draining: "Draining", free: "Free",
+};
+const SPLIT_HELP = {
+  leased: "held by active leases",
+  scrubbing: "released, being zeroed",
+  idle: "held by a host, not leased",
+  draining: "not granted again",
+  free: "unclaimed",
+};
+const LEASE_STATES = ["active", "scrubbing", "expired", "released", "revoked", "lost"];
+
+// --- DOM and formatting -------------------------------------------------------------------------
+
+function h(tag, props, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k === "style") Object.assign(el.style, v);
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const kid of kids.flat(Infinity)) {
+    if (kid === null || kid === undefined || kid === false) continue;
+    el.append(kid instanceof Node ? kid : String(kid));
+  }
+  return el;
+}
+
+const $ = (sel) => document.querySelector(sel);
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+  let x = n;
+  let i = 0;
+  while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i += 1; }
+  const digits = i === 0 || Number.isInteger(x) || x >= 100 ? 0 : 1;
+  return `${x.toFixed(digits)} ${units[i]}`;
+}
+
+function fmtDuration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+// The ledger's clock judges expiry; the browser's may be off. Every answer's Date header says
+// roughly (1 s resolution) how far.
+let skewMs = 0;
+const now = () => Date.now() + skewMs;
+const secondsSince = (iso) => (now() - Date.parse(iso)) / 1000;
+const ago = (iso) => `${fmtDuration(secondsSince(iso))} ago`;
+
+function fmtExpiry(lease) {
+  if (lease.ended_at) return `ended ${ago(lease.ended_at)}`;
+  const left = -secondsSince(lease.expires_at);
+  return left > 0 ? `in ${fmtDuration(left)}` : `${fmtDuration(-left)} ago`;
+}
+
+const fmtTime = (iso) => new Date(iso).toLocaleString([], { hour12: false });
+const pct = (part, whole) => (whole > 0 ? (100 * part) / whole : 0);
+const shortId = (id) => (id.length > 12 ? `${id.slice(0, 8)}…` : id);
+const stateBadge = (state) => h("span", { class: `state ${state}`, text: state });
+const labelsText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+
+// Distinct colours for tenants and hosts (none of them the UI's reds, ambers or greys).
+const PALETTE = ["#4e79a7", "#59a14f", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#af7aa1",
+  "#2f4b7c", "#7fb800", "#d45087", "#00a3c4", "#8c6bb1"];
+
+function hashOf(key) {
+  let hash = 0;
+  for (const ch of String(key)) hash = (hash * 31 + ch.codePointAt(0)) | 0;
+  return Math.abs(hash);
+}
+
+// key -> colour for a set of keys: each key starts at its hash's colour (so it keeps it while
+// the set changes little) and moves on to the next free one when another key took it.
+function coloursFor(keys) {
+  const taken = new Map();
+  const out = new Map();
+  for (const key of [...new Set(keys)].sort()) {
+    if (taken.size === PALETTE.length) {
+      out.set(key, `hsl(${hashOf(key) % 360} 55% 50%)`); // more keys than colours
+      continue;
+    }
+    let i = hashOf(key) % PALETTE.length;
+    while (taken.has(i)) i = (i + 1) % PALETTE.length;
+    taken.set(i, key);
+    out.set(key, PALETTE[i]);
+  }
+  return out;
+}
+
+// --- talking to the daemon ----------------------------------------------------------------------
+
+// The router's own 404 (no such route: `NotFound`, or FastAPI's bare body) or 405.
+function noSuchRoute(status, body) {
+  const error = body && body.error;
+  return status === 405 || (status === 404 && (!error || error === "NotFound"));
+}
+
+class ApiError extends Error {
+  constructor(status, body, method, path) {
+    super(ApiError.describe(status, body));
+    this.status = status;
+    this.body = body;
+    this.where = `${method} ${path}`;
+  }
+
+  static describe(status, body) {
+    if (status === 0) return body.detail;
+    const name = body && body.error ? body.error : `HTTP ${status}`;
+    let detail = body ? body.detail : "";
+    if (Array.isArray(detail)) detail = detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
+    else if (detail && typeof detail === "object") detail = JSON.stringify(detail);
+    return detail ? `${name}: ${detail}` : name;
+  }
+
+  // A route the daemon does not have (yet), as opposed to a poold error such as UnknownDevice.
+  get missingEndpoint() { return noSuchRoute(this.status, this.body); }
+}
+
+const session = {
+  get token() { return sessionStorage.getItem(KEY_TOKEN) || ""; },
+  get who() { return JSON.parse(sessionStorage.getItem(KEY_WHO) || "null"); },
+  start(token, who) {
+    sessionStorage.setItem(KEY_TOKEN, token);
+    sessionStorage.setItem(KEY_WHO, JSON.stringify(who));
+  },
+  end(notice) {
+    sessionStorage.removeItem(KEY_TOKEN);
+    sessionStorage.removeItem(KEY_WHO);
+    if (notice) sessionStorage.setItem(KEY_NOTICE, notice);
+  },
+};
+
+async function call(path, { method = "GET", body, token = session.token } = {}) {
+  const headers = { accept: "application/json" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  let resp;
+  try {
+    resp = await fetch(API + path, {
+      method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (exc) {
+    throw new ApiError(0, { detail: `the daemon did not answer (${exc.message})` }, method, path);
+  }
+  const date = Date.parse(resp.headers.get("date") || "");
+  if (!Number.isNaN(date) && Math.abs(date - Date.now() - skewMs) > 1500) skewMs = date - Date.now();
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text.slice(0, 300) }; }
+  return { status: resp.status, data, method, path };
+}
+
+// The call every page makes: JSON on success; a 401 ends the session.
+async function api(path, options) {
+  const r = await call(path, options);
+  if (r.status >= 200 && r.status < 300) return r.data;
+  const error = new ApiError(r.status, r.data, r.method, r.path);
+  if (r.status === 401) {
+    session.end(`The daemon refused your token (${error.message}). Log in again.`);
+    location.hash = "#/login";
+  }
+  throw error;
+}
+
+// --- chrome: toasts, banner, confirmation, tooltip ----------------------------------------------
+
+function toast(message, kind = "info") {
+  const el = h("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status", text: message });
+  $("#toasts").append(el);
+  setTimeout(() => el.remove(), kind === "error" ? 8000 : 4000);
+}
+
+function banner(message, kind = "error") {
+  const el = $("#banner");
+  el.hidden = !message;
+  el.className = `banner ${kind}`;
+  el.textContent = message || "";
+}
+
+function confirmDialog(title, body, okText) {
+  const dialog = $("#confirm");
+  $("#confirm-title").textContent = title;
+  $("#confirm-body").textContent = body;
+  $("#confirm-ok").textContent = okText;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+  });
+}
+
+function showTooltip(event, lines) {
+  const tip = $("#tooltip");
+  tip.replaceChildren(...lines.map((line) => h("div", { text: line })));
+  tip.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+  const y = event.clientY + 16 + tip.offsetHeight > window.innerHeight
+    ? event.clientY - tip.offsetHeight - 10 : event.clientY + 16;
+  tip.style.left = `${x}px`;
+  tip.style.top = `${y}px`;
+}
+
+const hideTooltip = () => { $("#tooltip").hidden = true; };
+
+function emptyState(text) { return h("div", { class: "empty", text }); }
+
+function table(columns, rows, sort) {
+  // columns: [{key, label, num, sortable}]; rows: <tr> nodes; sort: {key, dir, onSort}.
+  const head = columns.map((c) => {
+    const classes = [c.num ? "num" : "", c.sortable && sort ? "sortable" : ""];
+    if (sort && sort.key === c.key) classes.push(sort.dir > 0 ? "sorted-asc" : "sorted-desc");
+    return h("th", {
+      class: classes.join(" ").trim() || null, "data-key": c.key,
+      onclick: c.sortable && sort ? () => sort.onSort(c.key) : null,
+    }, c.label);
+  });
+  return h("div", { class: "table-wrap" },
+    h("table", {}, h("thead", {}, h("tr", {}, head)), h("tbody", {}, rows)));
+}
+
+function splitBar(split, thin) {
+  const el = h("div", { class: thin ? "bar thin" : "bar" });
+  for (const kind of SPLIT) {
+    if (split[kind] > 0 && kind !== "free") {
+      el.append(h("span", {
+        class: `seg-${kind}`, style: { width: `${pct(split[kind], split.size)}%` },
+        title: `${SPLIT_LABEL[kind]}: ${fmtBytes(split[kind])} (${pct(split[kind], split.size).toFixed(1)} %)`,
+      }));
+    }
+  }
+  return el;
+}
+
+function splitLegend() {
+  return h("div", { class: "legend" }, SPLIT.map((kind) => h("span", { title: SPLIT_HELP[kind] },
+    h("span", { class: `swatch seg-${kind}` }), `${SPLIT_LABEL[kind]} (${SPLIT_HELP[kind]})`)));
+}
+
+// --- pages --------------------------------------------------------------------------------------
+// A page: mount(root, arg) builds what stays and returns its state; refresh(state) fetches and
+// redraws the data. refresh runs at once and then every POLL_MS while the page is on screen.
+
+const overviewPage = {
+  title: "Overview",
+  mount(root) {
+    const pools = h("div", { class: "cards", id: "pools" }, emptyState("Loading…"));
+    const devices = h("div", { id: "device-capacity" });
+    root.append(h("h1", {}, "Capacity"), splitLegend(), pools, h("h2", {}, "Devices"), devices);
+    return { pools, devices };
+  },
+  async refresh(st) {
+    const cap = await api("/v1/capacity");
+    st.pools.replaceChildren(...(cap.pools.length
+      ? cap.pools.map(poolCard) : [emptyState("No pools yet: the daemon has registered none.")]));
+    if (!cap.devices.length) {
+      st.devices.replaceChildren(emptyState(
+        "No devices: the daemon found no DAX device and emulation is off."));
+      return;
+    }
+    const cols = [
+      { key: "devname", label: "Device" }, { key: "pool", label: "Pool" },
+      { key: "host", label: "Host" }, { key: "state", label: "State" },
+      { key: "numa", label: "NUMA", num: true }, { key: "size", label: "Size", num: true },
+      { key: "bar", label: "Use" },
+      ...SPLIT.map((k) => ({ key: k, label: SPLIT_LABEL[k], num: true })),
+      { key: "leases", label: "Leases", num: true },
+    ];
+    const rows = cap.devices.map((d) => h("tr", { "data-device": d.id },
+      h("td", {}, h("a", { href: `#/map/${d.id}`, title: "Memory map" }, d.devname),
+        h("span", { class: "muted" }, ` ${d.kind}`)),
+      h("td", {}, d.pool), h("td", {}, d.host ?? "shared"), h("td", {}, stateBadge(d.state)),
+      h("td", { class: "num" }, d.numa_node ?? "—"),
+      h("td", { class: "num" }, fmtBytes(d.bytes.size)), h("td", {}, splitBar(d.bytes, true)),
+      SPLIT.map((k) => h("td", { class: "num" }, fmtBytes(d.bytes[k]))),
+      h("td", { class: "num" }, d.live_leases)));
+    st.devices.replaceChildren(table(cols, rows));
+  },
+};
+
+function poolCard(pool) {
+  const b = pool.bytes;
+  const notes = [`${pool.devices} device${pool.devices === 1 ? "" : "s"}`,
+    `${pool.live_leases} live lease${pool.live_leases === 1 ? "" : "s"}`];
+  if (pool.missing_devices) notes.push(`${pool.missing_devices} missing (not counted)`);
+  return h("div", { class: "card pool", "data-pool": pool.name },
+    h("h3", {}, `Pool ${pool.name}`, h("span", { class: "muted" }, ` · ${fmtBytes(b.size)}`)),
+    h("div", { class: "muted" }, notes.join(" · ")),
+    h("div", { style: { marginTop: "10px" } }, splitBar(b, false)),
+    h("div", { class: "figures" }, SPLIT.map((k) => h("div", { class: "figure", "data-kind": k },
+      h("span", { class: `swatch seg-${k}` }), SPLIT_LABEL[k],
+      h("b", {}, fmtBytes(b[k])), `${pct(b[k], b.size).toFixed(1)} %`))));
+}
+
+// Memory map -------------------------------------------------------------------------------------
+
+const mapPage = {
+  title: "Memory map",
+  mount(root, arg) {
+    const st = { id: arg ? Number(arg) : null, colourBy: "tenant", selected: null, json: "" };
+    st.picker = h("select", { id: "map-device", onchange: () => { location.hash = `#/map/${st.picker.value}`; } });
+    st.colour = h("select", { id: "map-colour", onchange: () => { st.colourBy = st.colour.value; st.json = ""; tickNow(); } },
+      h("option", { value: "tenant" }, "tenant"), h("option", { value: "host" }, "host"));
+    st.title = h("h1", {}, "Memory map");
+    st.meta = h("div", { class: "muted" });
+    st.body = h("div", {}, emptyState("Loading…"));
+    root.append(st.title, h("div", { class: "toolbar" },
+      h("label", {}, "Device", st.picker), h("label", {}, "Colour leases by", st.colour), st.meta),
+    st.body);
+    return st;
+  },
+  async refresh(st) {
+    const devices = await api("/v1/devices");
+    const ids = devices.map((d) => String(d.id)).join();
+    if (st.pickerIds !== ids) {
+      st.pickerIds = ids;
+      st.picker.replaceChildren(...devices.map((d) => h("option", { value: d.id }, `${d.devname} (${d.pool})`)));
+    }
+    if (!devices.length) {
+      st.body.replaceChildren(emptyState("No devices to map."));
+      return;
+    }
+    if (st.id === null) {
+      location.replace(`#/map/${devices[0].id}`);
+      return;
+    }
+    st.picker.value = String(st.id);
+    const map = await api(`/v1/devices/${st.id}/extents`);
+    const json = JSON.stringify(map);
+    if (json !== st.json) {
+      st.json = json;
+      drawMap(st, map);
+    }
+    drawDetails(st);
+  },
+};
+
+function drawMap(st, { device, claims, leases }) {
+  st.leases = new Map(leases.map((l) => [l.id, l]));
+  st.title.textContent = `Memory map · ${device.devname}`;
+  st.meta.textContent = `${device.chardev} · ${device.kind} · pool ${device.pool} · ${fmtBytes(device.size)}`
+    + ` · align ${fmtBytes(device.align)} · ${device.state}`;
+  const keyOf = (l) => (st.colourBy === "tenant" ? l.tenant ?? "(no tenant)" : l.host);
+  const place = (el, offset, length) => {
+    el.style.left = `${pct(offset, device.size)}%`;
+    el.style.width = `${pct(length, device.size)}%`;
+    return el;
+  };
+  const colours = coloursFor([...leases.map(keyOf), ...claims.map((c) => c.host)]);
+  const colourOf = (key) => colours.get(key);
+  const claimLane = h("div", { class: "lane claims" }, claims.map((c) => {
+    const el = h("div", {
+      class: "extent claim", "data-claim": c.id,
+      onmousemove: (e) => showTooltip(e, [`Claim #${c.id} by host ${c.host}`,
+        `offset ${fmtBytes(c.offset)}, size ${fmtBytes(c.length)}`, `claimed ${ago(c.created_at)}`]),
+      onmouseleave: hideTooltip,
+    });
+    el.style.background = colourOf(c.host);
+    return place(el, c.offset, c.length);
+  }));
+  const leaseLane = h("div", { class: "lane leases" }, leases.map((l) => {
+    const el = h("div", {
+      class: `extent lease${st.selected === l.id ? " selected" : ""}`, "data-lease": l.id,
+      tabindex: 0,
+      onmousemove: (e) => showTooltip(e, leaseLines(l)),
+      onmouseleave: hideTooltip,
+      onclick: () => { st.selected = l.id; st.json = ""; drawMapFromCache(st, { device, claims, leases }); },
+    });
+    el.style.background = colourOf(keyOf(l));
+    return place(el, l.offset, l.length);
+  }));
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
+    const el = h("span", {}, fmtBytes(Math.round(device.size * f)));
+    el.style.left = `${f * 100}%`;
+    return el;
+  });
+  const keys = [...new Set(leases.map(keyOf))].sort();
+  const hosts = [...new Set(claims.map((c) => c.host))].sort();
+  const leased = leases.reduce((sum, l) => sum + l.length, 0);
+  const claimed = claims.reduce((sum, c) => sum + c.length, 0);
+  const summary = `${leases.length} live lease${leases.length === 1 ? "" : "s"} (${fmtBytes(leased)}), `
+    + `${claims.length} claim${claims.length === 1 ? "" : "s"} (${fmtBytes(claimed)}), `
+    + `${fmtBytes(device.size - claimed)} unclaimed`;
+  st.details = h("div", { class: "card details", id: "map-details" });
+  const mapCard = h("div", { class: "map", id: "memory-map" },
+    h("div", { class: "muted" }, summary),
+    h("div", { class: "lane-title" }, "Claims, by host"), claimLane,
+    h("div", { class: "lane-title" }, `Leases, by ${st.colourBy}`), leaseLane,
+    h("div", { class: "axis" }, ticks),
+    h("div", { class: "legend" },
+      keys.map((k) => h("span", {}, swatch(colourOf(k)), `${st.colourBy} ${k}`)),
+      hosts.map((k) => h("span", {}, swatch(colourOf(k), 0.55), `claim of ${k}`)),
+      h("span", {}, h("span", { class: "swatch seg-free" }), "unclaimed")));
+  const parts = [h("div", { class: "map-layout" }, mapCard, st.details)];
+  if (!leases.length && !claims.length) {
+    parts.unshift(emptyState(`Nothing is claimed or leased on ${device.devname}: all ${fmtBytes(device.size)} are free.`));
+  }
+  if (leases.length) parts.push(h("h2", {}, "Leases on this device"), leaseTable(leases, { compact: true }));
+  st.body.replaceChildren(...parts);
+}
+
+function drawMapFromCache(st, map) { st.json = JSON.stringify(map); drawMap(st, map); drawDetails(st); }
+
+function swatch(colour, opacity = 1) {
+  const el = h("span", { class: "swatch" });
+  el.style.background = colour;
+  el.style.opacity = String(opacity);
+  return el;
+}
+
+function leaseLines(l) {
+  return [`Lease ${l.id}`, `holder: tenant ${l.tenant ?? "(none)"} on host ${l.host}`,
+    `size ${fmtBytes(l.length)} at offset ${fmtBytes(l.offset)}`,
+    `age ${fmtDuration(secondsSince(l.granted_at))}, expires ${fmtExpiry(l)}`,
+    `generation ${l.generation}`, labelsText(l.labels) ? `labels ${labelsText(l.labels)}` : null,
+  ].filter(Boolean);
+}
+
+function drawDetails(st) {
+  if (!st.details) return;
+  const l = st.selected && st.leases ? st.leases.get(st.selected) : null;
+  if (!l) {
+    st.details.replaceChildren(h("div", { class: "muted" },
+      st.selected ? "The selected lease has ended." : "Hover over an extent for a summary; click a lease for its details."));
+    return;
+  }
+  const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
+  st.details.replaceChildren(h("h3", {}, "Lease"), h("dl", {},
+    row("id", h("code", {}, l.id)), row("tenant", l.tenant ?? "(none)"), row("host", l.host),
+    row("state", stateBadge(l.state)), row("size", fmtBytes(l.length)),
+    row("offset", `${fmtBytes(l.offset)} (${l.offset})`), row("generation", String(l.generation)),
+    row("age", fmtDuration(secondsSince(l.granted_at))), row("expires", fmtExpiry(l)),
+    row("ttl", `${l.ttl_s} s`), row("labels", labelsText(l.labels) || "—")));
+}
+
+// Devices ---------------------------------------------------------------------------------------
+
+const devicesPage = {
+  title: "Devices",
+  mount(root) {
+    const st = { ledger: h("div", {}, emptyState("Loading…")), kernel: h("div", {}) };
+    root.append(h("h1", {}, "Devices"), st.ledger,
+      h("h2", {}, "Kernel topology (what `poold discover` sees)"), st.kernel);
+    return st;
+  },
+  async refresh(st) {
+    const [devices, topo] = await Promise.allSettled([api("/v1/devices"), api("/v1/topology")]);
+    if (devices.status === "rejected") throw devices.reason;
+    const topology = topo.status === "fulfilled" ? topo.value : null;
+    const dax = new Map((topology?.dax_devices || []).map((d) => [d.chardev, d]));
+    const byRegion = new Map((topology?.dax_regions || []).map((r) => [r.id, r]));
+    st.ledger.replaceChildren(devices.value.length
+      ? deviceTable(devices.value, dax, byRegion)
+      : emptyState("No devices in the ledger: the daemon found no DAX device and emulation is off."));
+    if (!topology) {
+      st.kernel.replaceChildren(h("div", { class: "error-state" },
+        `The kernel topology could not be read: ${topo.reason.message}`));
+      return;
+    }
+    const known = new Set(devices.value.map((d) => d.chardev));
+    st.kernel.replaceChildren(...kernelTables(topology, known));
+  },
+};
+
+function topologyOf(device, dax) {
+  const d = dax.get(device.chardev);
+  if (d) return d;
+  // The emulated device has no kernel object; match a dax device by name otherwise.
+  return [...dax.values()].find((x) => x.chardev.endsWith(`/${device.devname}`)) || null;
+}
+
+function leasableOf(device, t) {
+  if (device.state === "missing") return [false, "missing: gone from sysfs"];
+  if (device.state === "draining") return [false, "draining: no new leases"];
+  if (device.kind === "emulated") return [true, "emulated file"];
+  if (t && !t.leasable) return [false, t.not_leasable_because || "not leasable"];
+  return [true, t ? "devdax" : ""];
+}
+
+function deviceTable(devices, dax, byRegion) {
+  const cols = ["Device", "Kind", "Pool", "Host", "State", "Mode", "NUMA node", "Memdevs",
+    "CXL region", "DAX region", "Size", "Leased", "Free", "Leasable", "Actions"]
+    .map((label) => ({ key: label, label, num: ["Size", "Leased", "Free"].includes(label) }));
+  const rows = devices.map((d) => {
+    const t = topologyOf(d, dax);
+    const [ok, why] = leasableOf(d, t);
+    const region = t && byRegion.get(t.region_id);
+    const action = d.state === "draining"
+      ? h("button", { class: "small ghost undrain", onclick: () => drainAction(d, "undrain") }, "Undrain")
+      : h("button", { class: "small ghost drain", disabled: d.state === "missing",
+        onclick: () => drainAction(d, "drain") }, "Drain");
+    return h("tr", { "data-device": d.id },
+      h("td", {}, h("b", {}, d.devname), h("div", { class: "muted mono" }, d.chardev)),
+      h("td", {}, d.kind), h("td", {}, d.pool), h("td", {}, d.host ?? "shared"),
+      h("td", {}, stateBadge(d.state)), h("td", {}, t ? t.mode : d.kind),
+      h("td", {}, d.numa_node ?? t?.numa_node ?? t?.target_node ?? "—"),
+      h("td", {}, t?.memdevs ? t.memdevs.map((m) => `${m.memdev} (${m.serial})`).join(", ") : "—"),
+      h("td", {}, t?.cxl_region ?? "—"),
+      h("td", {}, region ? `region${region.id}` : t ? String(t.region_id) : "—"),
+      h("td", { class: "num" }, fmtBytes(d.size)), h("td", { class: "num" }, fmtBytes(d.leased_bytes)),
+      h("td", { class: "num" }, fmtBytes(d.free_bytes)),
+      h("td", { class: "wrap" }, stateBadge(ok ? "yes" : "no"), why ? ` ${why}` : ""),
+      h("td", {}, action, " ", h("a", { href: `#/map/${d.id}` }, "Map")));
+  });
+  return table(cols, rows);
+}
+
+async function drainAction(device, verb) {
+  const text = verb === "drain"
+    ? `No new leases will be placed on ${device.devname}; its ${device.live_leases} live lease(s) run until released or expired.`
+    : `${device.devname} will take new leases again.`;
+  if (!(await confirmDialog(`${verb === "drain" ? "Drain" : "Undrain"} ${device.devname}?`, text,
+    verb === "drain" ? "Drain" : "Undrain"))) return;
+  try {
+    await api(`/v1/devices/${device.id}/${verb}`, { method: "POST" });
+    toast(`${device.devname}: ${verb} requested.`);
+  } catch (exc) {
+    if (exc.status === 401) return;
+    toast(exc.missingEndpoint
+      ? `This daemon cannot ${verb} devices yet (${exc.where} answered ${exc.status}).`
+      : `${verb} failed: ${exc.message}`, "error");
+  }
+  tickNow();
+}
+
+function kernelTables(topo, known) {
+  const out = [];
+  const daxRows = (topo.dax_devices || []).map((d) => h("tr", {},
+    h("td", {}, d.chardev), h("td", {}, String(d.region_id)), h("td", {}, d.nd_region ?? "—"),
+    h("td", {}, d.cxl_region ?? "—"),
+    h("td", {}, d.memdevs ? d.memdevs.map((m) => m.memdev).join(", ") : "—"),
+    h("td", {}, d.numa_node ?? "—"), h("td", {}, d.target_node ?? "—"), h("td", {}, d.mode ?? "—"),
+    h("td", {}, d.state ?? "—"), h("td", { class: "num" }, fmtBytes(d.size)),
+    h("td", { class: "wrap" }, stateBadge(d.leasable ? "yes" : "no"),
+      d.leasable ? "" : ` ${d.not_leasable_because}`),
+    h("td", {}, known.has(d.chardev) ? "yes" : "no")));
+  out.push(h("h2", {}, "DAX devices"), daxRows.length
+    ? table(["DAX device", "DAX region", "nd region", "CXL region", "Memdevs", "NUMA node",
+      "Target node", "Mode", "State", "Size", "Leasable", "In ledger"]
+      .map((label) => ({ key: label, label, num: label === "Size" })), daxRows)
+    : emptyState("The kernel shows no DAX device."));
+  const memdevRows = (topo.memdevs || []).map((m) => h("tr", {},
+    h("td", {}, m.memdev), h("td", {}, m.serial ?? "—"), h("td", {}, m.host ?? "—"),
+    h("td", { class: "num" }, fmtBytes(m.ram_size)), h("td", { class: "num" }, fmtBytes(m.pmem_size)),
+    h("td", {}, m.numa_node ?? "—"), h("td", {}, m.firmware_version ?? "—")));
+  out.push(h("h2", {}, "CXL memdevs"), memdevRows.length
+    ? table(["Memdev", "Serial", "Host", "RAM", "PMEM", "NUMA node", "Firmware"]
+      .map((label) => ({ key: label, label, num: ["RAM", "PMEM"].includes(label) })), memdevRows)
+    : emptyState("No CXL memory devices."));
+  const regionRows = (topo.regions || []).map((r) => h("tr", {},
+    h("td", {}, r.region), h("td", {}, r.type ?? "—"), h("td", { class: "num" }, fmtBytes(r.size)),
+    h("td", {}, r.interleave_ways ?? "—"), h("td", {}, r.decode_state ?? "—"),
+    h("td", {}, (r.mappings || []).map((m) => m.memdev).join(", ") || "—")));
+  if (regionRows.length) {
+    out.push(h("h2", {}, "CXL regions"), table(["Region", "Type", "Size", "Interleave ways",
+      "Decode state", "Memdevs"].map((label) => ({ key: label, label, num: label === "Size" })), regionRows));
+  }
+  const nodeRows = (topo.numa_nodes || []).map((n) => h("tr", {},
+    h("td", {}, `node${n.node}`), h("td", {}, n.has_cpu ? n.cpulist || "yes" : "CPU-less"),
+    h("td", { class: "num" }, fmtBytes(n.mem_total)), h("td", { class: "num" }, fmtBytes(n.mem_free)),
+    h("td", {}, n.memory_tier ?? "—")));
+  if (nodeRows.length) {
+    out.push(h("h2", {}, "NUMA nodes"), table(["Node", "CPUs", "Memory", "Free", "Memory tier"]
+      .map((label) => ({ key: label, label, num: ["Memory", "Free"].includes(label) })), nodeRows));
+  }
+  return out;
+}
+
+// Leases ----------------------------------------------------------------------------------------
+
+const leaseView = {
+  filters: { state: "", pool: "", host: "", tenant: "", label: "", q: "" },
+  sort: { key: "granted_at", dir: -1 },
+};
+
+const LEASE_COLUMNS = [
+  { key: "id", label: "Lease", sortable: true }, { key: "pool", label: "Pool", sortable: true },
+  { key: "host", label: "Host", sortable: true }, { key: "tenant", label: "Tenant", sortable: true },
+  { key: "device", label: "Device", sortable: true },
+  { key: "offset", label: "Offset", num: true, sortable: true },
+  { key: "length", label: "Size", num: true, sortable: true },
+  { key: "generation", label: "Gen", num: true, sortable: true },
+  { key: "state", label: "State", sortable: true }, { key: "labels", label: "Labels", sortable: true },
+  { key: "granted_at", label: "Granted", sortable: true },
+  { key: "expires_at", label: "Expires", sortable: true }, { key: "action", label: "" },
+];
+
+function leaseMatches(l, f) {
+  if (f.state && l.state !== f.state) return false;
+  if (f.pool && l.pool !== f.pool) return false;
+  if (f.host && l.host !== f.host) return false;
+  if (f.tenant && !(l.tenant ?? "").toLowerCase().includes(f.tenant.toLowerCase())) return false;
+  if (f.q && !l.id.includes(f.q.trim())) return false;
+  if (f.label) {
+    const [k, v] = f.label.split("=", 2).map((s) => s.trim());
+    const labels = l.labels || {};
+    if (v !== undefined ? labels[k] !== v : !(k in labels) && !labelsText(labels).includes(k)) return false;
+  }
+  return true;
+}
+
+function sortValue(l, key) {
+  if (key === "labels") return labelsText(l.labels);
+  if (key === "granted_at" || key === "expires_at") return Date.parse(l[key]);
+  return l[key] ?? "";
+}
+
+function leaseTable(leases, { compact = false, onSort = null } = {}) {
+  const columns = compact
+    ? LEASE_COLUMNS.filter((c) => !["pool", "device", "action"].includes(c.key)) : LEASE_COLUMNS;
+  const rows = leases.map((l) => h("tr", { "data-lease": l.id, "data-state": l.state },
+    columns.map((c) => leaseCell(l, c.key))));
+  return table(columns, rows, onSort ? { ...leaseView.sort, onSort } : null);
+}
+
+function leaseCell(l, key) {
+  switch (key) {
+    case "id": return h("td", { class: "mono", title: l.id }, shortId(l.id));
+    case "tenant": return h("td", {}, l.tenant ?? h("span", { class: "muted" }, "—"));
+    case "device": return h("td", {}, h("a", { href: `#/map/${l.device_id}` }, l.device));
+    case "offset": return h("td", { class: "num" }, fmtBytes(l.offset));
+    case "length": return h("td", { class: "num" }, fmtBytes(l.length));
+    case "generation": return h("td", { class: "num" }, String(l.generation));
+    case "state": return h("td", { class: "lease-state" }, stateBadge(l.state));
+    case "labels": return h("td", { class: "wrap" },
+      Object.entries(l.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)));
+    case "granted_at": return h("td", { title: fmtTime(l.granted_at) }, ago(l.granted_at));
+    case "expires_at": return h("td", { title: fmtTime(l.expires_at) }, fmtExpiry(l));
+    case "action": return h("td", {}, l.state === "active"
+      ? h("button", { class: "small danger revoke", "data-lease": l.id, onclick: () => revoke(l) }, "Revoke")
+      : null);
+    default: return h("td", {}, l[key] ?? "—");
+  }
+}
+
+async function revoke(lease) {
+  const ok = await confirmDialog("Revoke this lease?",
+    `Lease ${lease.id} (${fmtBytes(lease.length)} on ${lease.device}, tenant ${lease.tenant ?? "none"}, `
+    + `host ${lease.host}) ends now. Its holder learns at its next keepalive and must stop using the memory.`,
+    "Revoke lease");
+  if (!ok) return;
+  try {
+    const ended = await api(`/v1/leases/${encodeURIComponent(lease.id)}/revoke`, { method: "POST" });
+    toast(`Lease ${shortId(lease.id)} is ${ended.state}.`);
+  } catch (exc) {
+    if (exc.status !== 401) toast(`Revoke failed: ${exc.message}`, "error");
+  }
+  tickNow();
+}
+
+function selectOf(id, label, values, current, onChange, allText = "all") {
+  const select = h("select", { id, onchange: () => onChange(select.value) },
+    h("option", { value: "" }, allText), values.map((v) => h("option", { value: v }, v)));
+  select.value = current;
+  return h("label", {}, label, select);
+}
+
+const leasesPage = {
+  title: "Leases",
+  mount(root) {
+    const st = { data: null, choices: "" };
+    st.controls = h("div", { class: "toolbar" });
+    st.body = h("div", { id: "leases" }, emptyState("Loading…"));
+    root.append(h("h1", {}, "Leases"), st.controls, st.body);
+    return st;
+  },
+  async refresh(st) {
+    st.data = await api("/v1/leases?limit=1000");
+    drawLeases(st);
+  },
+};
+
+function drawLeases(st) {
+  const f = leaseView.filters;
+  const uniq = (key) => [...new Set(st.data.map((l) => l[key]))].sort();
+  const choices = JSON.stringify([uniq("pool"), uniq("host")]);
+  if (choices !== st.choices) {
+    // Rebuilt only when the choices change, so an open select or a focused input is left alone.
+    st.choices = choices;
+    const set = (key) => (value) => { f[key] = value; drawLeases(st); };
+    const text = (key, label, placeholder) => {
+      const input = h("input", { id: `filter-${key}`, type: "search", placeholder, value: f[key],
+        oninput: () => set(key)(input.value) });
+      return h("label", {}, label, input);
+    };
+    st.count = h("span", { class: "count", id: "lease-count" });
+    st.controls.replaceChildren(
+      selectOf("filter-state", "State", LEASE_STATES, f.state, set("state")),
+      selectOf("filter-pool", "Pool", uniq("pool"), f.pool, set("pool")),
+      selectOf("filter-host", "Host", uniq("host"), f.host, set("host")),
+      text("tenant", "Tenant", "contains…"), text("label", "Label", "key or key=value"),
+      text("q", "Lease id", "contains…"), st.count);
+  }
+  const { key, dir } = leaseView.sort;
+  const shown = st.data.filter((l) => leaseMatches(l, f)).sort((a, b) => {
+    const x = sortValue(a, key);
+    const y = sortValue(b, key);
+    return (x < y ? -1 : x > y ? 1 : 0) * dir;
+  });
+  st.count.textContent = `${shown.length} of ${st.data.length} lease${st.data.length === 1 ? "" : "s"}`
+    + (st.data.length >= 1000 ? " (the newest 1000)" : "");
+  const onSort = (k) => {
+    leaseView.sort = { key: k, dir: leaseView.sort.key === k ? -leaseView.sort.dir : 1 };
+    drawLeases(st);
+  };
+  if (!st.data.length) {
+    st.body.replaceChildren(emptyState("No leases yet. Clients lease with POST /v1/leases."));
+  } else if (!shown.length) {
+    st.body.replaceChildren(emptyState("No lease matches these filters."));
+  } else {
+    st.body.replaceChildren(leaseTable(shown, { onSort }));
+  }
+}
+
+// Hosts -----------------------------------------------------------------------------------------
+
+const hostsPage = {
+  title: "Hosts",
+  mount(root) {
+    const st = { body: h("div", { id: "hosts" }, emptyState("Loading…")) };
+    root.append(h("h1", {}, "Hosts"), st.body);
+    return st;
+  },
+  async refresh(st) {
+    const hosts = await api("/v1/hosts");
+    if (!hosts.length) {
+      st.body.replaceChildren(emptyState("No hosts have registered."));
+      return;
+    }
+    const cols = ["Host", "State", "Heartbeat", "Registered", "Claims", "Claimed", "Leases",
+      "Leased", "Memory used", "Available", "Swap used", "NUMA nodes"].map((label) => ({
+      key: label, label,
+      num: ["Claims", "Claimed", "Leases", "Leased", "Memory used", "Available", "Swap used"].includes(label),
+    }));
+    const rows = hosts.map((x) => {
+      const m = x.memory;
+      const age = h("td", { class: x.heartbeat_age_s > 15 ? "state-late" : "" }, `${fmtDuration(x.heartbeat_age_s)} ago`);
+      if (x.heartbeat_age_s > 15) age.style.color = "var(--warn)";
+      return h("tr", { "data-host": x.id },
+        h("td", {}, h("b", {}, x.name), h("div", { class: "muted mono" }, x.id)),
+        h("td", {}, stateBadge(x.state)), age,
+        h("td", { title: fmtTime(x.registered_at) }, ago(x.registered_at)),
+        h("td", { class: "num" }, String(x.claims)), h("td", { class: "num" }, fmtBytes(x.claimed_bytes)),
+        h("td", { class: "num" }, String(x.live_leases)), h("td", { class: "num" }, fmtBytes(x.leased_bytes)),
+        h("td", { class: "num" }, m ? `${fmtBytes(m.used)} of ${fmtBytes(m.total)}` : "—"),
+        h("td", { class: "num" }, m ? fmtBytes(m.available) : "—"),
+        h("td", { class: "num" }, m ? `${fmtBytes(m.swap_used)} of ${fmtBytes(m.swap_total)}` : "—"),
+        h("td", { class: "wrap" }, x.numa_nodes
+          ? x.numa_nodes.map((n) => h("div", {}, `node${n.node}: ${fmtBytes(n.mem_free)} free of `
+            + `${fmtBytes(n.mem_total)}${n.has_cpu ? "" : " (CPU-less)"}`))
+          : h("span", { class: "muted", title: "Only the host serving this page measures its memory" }, "not this host")));
+    });
+    st.body.replaceChildren(table(cols, rows),
+      h("p", { class: "muted" }, "Memory figures are measured by the host that serves this page; other hosts show their ledger figures only."));
+  },
+};
+
+// Events ----------------------------------------------------------------------------------------
+
+const eventsPage = {
+  title: "Events",
+  mount(root) {
+    const st = { events: [], newest: null, kind: "" };
+    const input = h("input", { id: "filter-kind", type: "search", placeholder: "e.g. lease. or device.changed",
+      oninput: () => { st.kind = input.value.trim(); drawEvents(st, new Set()); } });
+    st.count = h("span", { class: "count" });
+    st.body = h("div", { id: "events" }, emptyState("Loading…"));
+    root.append(h("h1", {}, "Events"), h("div", { class: "toolbar" }, h("label", {}, "Kind", input),
+      h("span", { class: "muted" }, "The audit log, newest first, live."), st.count), st.body);
+    return st;
+  },
+  async refresh(st) {
+    const fresh = st.newest === null
+      ? await api("/v1/events?limit=300")
+      : await api(`/v1/events?limit=1000&after_id=${st.newest}`);
+    if (st.newest !== null && !fresh.length) return;
+    const ids = new Set(st.newest === null ? [] : fresh.map((e) => e.id));
+    st.events = [...fresh, ...st.events].slice(0, 2000);
+    st.newest = st.events.length ? st.events[0].id : 0;
+    drawEvents(st, ids);
+  },
+};
+
+function drawEvents(st, freshIds) {
+  const shown = st.events.filter((e) => !st.kind || e.kind.startsWith(st.kind) || e.kind.includes(st.kind));
+  st.count.textContent = `${shown.length} shown`;
+  if (!shown.length) {
+    st.body.replaceChildren(emptyState(st.events.length ? "No event matches this kind." : "No events yet."));
+    return;
+  }
+  const cols = ["#", "Time", "Kind", "Actor", "Host", "Device", "Lease", "Details"]
+    .map((label) => ({ key: label, label, num: label === "#" }));
+  const rows = shown.map((e) => h("tr", { "data-event": e.id, class: freshIds.has(e.id) ? "fresh" : null },
+    h("td", { class: "num" }, String(e.id)), h("td", { title: ago(e.at) }, fmtTime(e.at)),
+    h("td", {}, h("span", { class: `state ${e.kind.split(".")[1] || ""}` }, e.kind)),
+    h("td", {}, e.actor), h("td", {}, e.host ?? "—"),
+    h("td", {}, e.device_id ? h("a", { href: `#/map/${e.device_id}` }, String(e.device_id)) : "—"),
+    h("td", { class: "mono", title: e.lease_id || "" }, e.lease_id ? shortId(e.lease_id) : "—"),
+    h("td", { class: "wrap mono" }, Object.entries(e.details || {})
+      .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(" "))));
+  st.body.replaceChildren(table(cols, rows));
+}
+
+// --- login --------------------------------------------------------------------------------------
+
+function showLogin() {
+  $("#top").hidden = true;
+  banner(null);
+  const notice = sessionStorage.getItem(KEY_NOTICE);
+  sessionStorage.removeItem(KEY_NOTICE);
+  const token = h("input", { id: "token", type: "password", autocomplete: "off", spellcheck: "false",
+    placeholder: "pd_…", "aria-label": "Admin token" });
+  const message = h("div", { id: "login-message", class: notice ? "message error" : "message", role: "alert" },
+    notice || "");
+  message.hidden = !notice;
+  const submit = h("button", { id: "login-submit", type: "submit" }, "Log in");
+  const form = h("form", {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      submit.disabled = true;
+      const problem = await logIn(token.value.trim());
+      submit.disabled = false;
+      if (problem) {
+        message.hidden = false;
+        message.className = "message error";
+        message.textContent = problem;
+      }
+    },
+  }, h("label", { for: "token" }, "Admin token"), token, submit);
+  $("#main").replaceChildren(h("div", { class: "login card" },
+    h("h1", {}, "poold administration"), form, message,
+    h("p", { class: "muted" }, "The daemon writes the admin token to ", h("code", {}, "<state_dir>/admin.token"),
+      " when it first starts. The token stays in this browser tab (session storage) and is sent as a"
+      + " bearer token with every request; closing the tab forgets it.")));
+  token.focus();
+}
+
+// Checks a token with GET /v1/auth/whoami; on success starts the session and shows the overview.
+// Returns what went wrong, for the login page to say.
+async function logIn(token) {
+  const r = await call("/v1/auth/whoami", { token });
+  if (r.status === 200 && r.data) {
+    if (r.data.role !== "admin") {
+      return `Refused: this token is ${r.data.role} "${r.data.name}"; the admin UI needs an admin token.`;
+    }
+    session.start(token, { name: r.data.name, role: r.data.role, tenant: r.data.tenant, auth: true });
+  } else if (noSuchRoute(r.status, r.data)) {
+    // The daemon predates token auth: everyone is an admin there, the token is not checked.
+    session.start(token, { name: "open", role: "admin", auth: false });
+  } else if (r.status === 401) {
+    return token
+      ? "The daemon refused this token (401 Unauthenticated). Paste the whole content of admin.token."
+      : "Paste the admin token.";
+  } else if (r.status === 403) {
+    return `Refused: ${ApiError.describe(r.status, r.data)}`;
+  } else if (r.status === 0) {
+    return `Cannot reach the daemon: ${r.data.detail}`;
+  } else {
+    return `The daemon answered ${ApiError.describe(r.status, r.data)}`;
+  }
+  location.hash = "#/overview";
+  return null;
+}
+
+// --- routing and live updates -------------------------------------------------------------------
+
+const PAGES = {
+  overview: overviewPage, devices: devicesPage, map: mapPage, leases: leasesPage,
+  hosts: hostsPage, events: eventsPage,
+};
+let current = null; // {name, page, state, loaded, busy}
+let paused = false;
+
+function route() {
+  hideTooltip();
+  const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
+  if (name === "login" || !session.who) {
+    current = null;
+    if (name !== "login") { location.replace("#/login"); return; }
+    showLogin();
+    return;
+  }
+  const page = PAGES[name];
+  if (!page) { location.replace("#/overview"); return; }
+  const who = session.who;
+  $("#top").hidden = false;
+  $("#whoami").replaceChildren(`${who.role}:${who.name}`,
+    who.auth ? "" : h("span", { class: "badge-auth", title: "This daemon does not check tokens (no /v1/auth/whoami)" }, " auth off"));
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === name);
+  document.title = `${page.title} · poold`;
+  banner(null);
+  const root = h("section", { id: `page-${name}` });
+  $("#main").replaceChildren(root);
+  current = { name, page, state: page.mount(root, arg), loaded: false, busy: false };
+  tickNow();
+}
+
+async function tickNow() {
+  const mine = current;
+  if (!mine || mine.busy) return;
+  mine.busy = true;
+  try {
+    await mine.page.refresh(mine.state);
+    if (mine !== current) return;
+    mine.loaded = true;
+    banner(null);
+    setLive(paused ? "paused" : "ok", `updated ${new Date().toLocaleTimeString([], { hour12: false })}`);
+  } catch (exc) {
+    if (mine !== current || exc.status === 401) return;
+    setLive("error", exc.message);
+    const body = mine.state.body || mine.state.pools || mine.state.ledger;
+    if (!mine.loaded && body) {
+      body.replaceChildren(h("div", { class: "error-state" }, `Could not load this page: ${exc.message}`));
+    } else {
+      banner(`Live update failed: ${exc.message}. Showing what was last loaded; retrying.`);
+    }
+  } finally {
+    mine.busy = false;
+  }
+}
+
+function setLive(kind, detail) {
+  const el = $("#live");
+  el.className = `live ${kind}`;
+  el.textContent = { ok: "live", paused: "paused", error: "offline" }[kind];
+  el.title = detail || "";
+}
+
+$("#pause").addEventListener("click", () => {
+  paused = !paused;
+  $("#pause").textContent = paused ? "Resume" : "Pause";
+  setLive(paused ? "paused" : "ok");
+  if (!paused) tickNow();
+});
+$("#logout").addEventListener("click", () => {
+  session.end("You are logged out.");
+  location.hash = "#/login";
+});
+window.addEventListener("hashchange", route);
+setInterval(() => { if (!paused && !document.hidden) tickNow(); }, POLL_MS);
+route();
