@@ -16,6 +16,7 @@ from poold.errors import ClientError, MisalignedExtent
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
 
@@ -76,8 +77,32 @@ class Mapping:
 
         return np.frombuffer(self.buffer, dtype=np.uint8)
 
+    def tensor(self, dtype: torch.dtype | None = None, *, offset: int = 0,
+               length: int | None = None) -> torch.Tensor:
+        """A zero-copy, 1-D torch CPU tensor over [offset, offset+length) of the mapping (the
+        whole of it by default), of `dtype` (uint8 by default); needs torch. Writes through it
+        are writes to the leased memory. Like numpy views, it keeps the pages mapped after
+        close() until it is gone."""
+        import torch
+
+        view = self.buffer  # ClientError once closed
+        dtype = torch.uint8 if dtype is None else dtype
+        length = self.length - offset if length is None else length
+        itemsize = dtype.itemsize
+        if not 0 <= offset <= offset + length <= self.length or length % itemsize:
+            raise ValueError(f"[{offset}, +{length}) is not a whole number of {dtype} inside "
+                             f"the mapping's {self.length} bytes")
+        if length == 0:
+            return torch.empty(0, dtype=dtype)
+        # torch.frombuffer keeps a reference to the object it is given but no buffer export,
+        # so a tensor straight over the mmap would let close() unmap under it (a crash on the
+        # next access). A slice of our view holds an export for as long as the tensor holds
+        # the slice, so close() leaves the pages mapped until the last tensor is gone.
+        return torch.frombuffer(view[offset:offset + length], dtype=dtype)
+
     def close(self) -> None:
-        """Unmap. Views still exported (numpy arrays) keep it mapped until they are gone."""
+        """Unmap. Views still exported (numpy arrays, tensors) keep it mapped until they are
+        gone."""
         if self._view is not None:
             self._view.release()
             self._view = None
