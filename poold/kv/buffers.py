@@ -24,8 +24,31 @@ def _bytes_view(obj: BufferLike) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def split_blocks(blocks: Blocks, count: int, block_size: int) -> list[memoryview]:
-    """One `block_size`-byte view per block."""
+class BlockSource:
+    """The blocks of one put: one contiguous buffer (`whole`) or one view per block (`parts`).
+    From a contiguous buffer, neighbouring blocks can be copied in one go (`span`)."""
+
+    __slots__ = ("count", "parts", "size", "whole")
+
+    def __init__(self, whole: memoryview | None, parts: list[memoryview] | None,
+                 count: int, size: int) -> None:
+        self.whole, self.parts, self.count, self.size = whole, parts, count, size
+
+    def span(self, first: int, count: int) -> memoryview:
+        """Blocks first .. first+count-1 as one view (count > 1 only from a whole buffer)."""
+        if self.whole is not None:
+            return self.whole[first * self.size:(first + count) * self.size]
+        assert self.parts is not None and count == 1
+        return self.parts[first]
+
+
+def split_blocks(blocks: Blocks | BlockSource, count: int, block_size: int) -> BlockSource:
+    """The `count` blocks of `block_size` bytes in what a caller passed, without copying."""
+    if isinstance(blocks, BlockSource):
+        if (blocks.count, blocks.size) != (count, block_size):
+            raise ValueError(f"{blocks.count} blocks of {blocks.size} for {count} of "
+                             f"{block_size}")
+        return blocks
     try:
         whole: memoryview | None = _bytes_view(blocks)  # type: ignore[arg-type]
     except TypeError:  # no buffer protocol: a sequence of blocks
@@ -33,7 +56,7 @@ def split_blocks(blocks: Blocks, count: int, block_size: int) -> list[memoryview
     if whole is not None:
         if whole.nbytes != count * block_size:
             raise ValueError(f"{whole.nbytes} bytes is not {count} blocks of {block_size}")
-        return [whole[i * block_size:(i + 1) * block_size] for i in range(count)]
+        return BlockSource(whole, None, count, block_size)
     assert isinstance(blocks, Sequence)
     if len(blocks) != count:
         raise ValueError(f"{len(blocks)} blocks for {count} keys")
@@ -41,7 +64,7 @@ def split_blocks(blocks: Blocks, count: int, block_size: int) -> list[memoryview
     for view in views:
         if view.nbytes != block_size:
             raise ValueError(f"a block is {view.nbytes} bytes, not {block_size}")
-    return views
+    return BlockSource(None, views, count, block_size)
 
 
 def output_view(out: BufferLike, count: int, block_size: int) -> memoryview:

@@ -10,28 +10,30 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from poold.kv.eviction import LRUK
 from poold.kv.leases import LeaseSlab
 from poold.kv.sessions import SessionTable
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
+    """Where one committed block lives."""
+
     slab: LeaseSlab
     slot: int
+    offset: int  # of the slot, in bytes from the start of the lease
     priority: str
 
-    @property
-    def offset(self) -> int:
-        return self.slab.slab.offset(self.slot)
+
+_new_tuple = tuple.__new__  # builds a Location without NamedTuple's Python-level __new__
 
 
 class BlockIndex:
-    def __init__(self, priorities: Mapping[str, int], *, correlated_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, priorities: Mapping[str, int], block_size: int, *,
+                 correlated_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.block_size = block_size
         self.priorities = dict(priorities)
         self._clock = clock
         self._where: dict[bytes, Location] = {}
@@ -64,10 +66,23 @@ class BlockIndex:
     def get(self, key: bytes) -> Location | None:
         return self._where.get(key)
 
-    def add(self, key: bytes, slab: LeaseSlab, slot: int, priority: str) -> None:
-        self._where[key] = Location(slab, slot, priority)
-        slab.keys[slot] = key
-        self._policy.insert(key, self.rank(priority))
+    @property
+    def locations(self) -> dict[bytes, Location]:
+        """key -> Location, for the store's hot loops; change it only through this class."""
+        return self._where
+
+    @property
+    def sessions_due(self) -> float:
+        """No session expires before this (clock time)."""
+        return self._sessions.next_deadline
+
+    def add_many(self, blocks: Sequence[tuple[bytes, LeaseSlab, int]], priority: str) -> None:
+        """Index committed blocks (key, slab, slot), all referenced now."""
+        where, size = self._where, self.block_size
+        for key, slab, slot in blocks:
+            where[key] = _new_tuple(Location, (slab, slot, slot * size, priority))
+            slab.keys[slot] = key
+        self._policy.insert_many([key for key, _slab, _slot in blocks], self.rank(priority))
 
     def touch(self, key: bytes) -> None:
         self._policy.touch(key)

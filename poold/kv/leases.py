@@ -16,10 +16,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from poold import errors
 from poold.client import Lease, Mapping, PooldClient
 from poold.kv.slab import Slab
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,8 @@ class LeaseSlab:
         self.lease = lease
         self.slab = Slab(lease.info.length, block_size)
         self.mapping: Mapping | None = lease.map()
+        # A read-only view of the whole extent, so a zero-copy get is one slice of it.
+        self.readonly: memoryview | None = self.mapping.buffer.toreadonly()
         self.keys: dict[int, bytes] = {}  # slot -> key of each committed block
         self.dead_reason: str | None = None  # set once the store stopped using this lease
         self.idle_since: float | None = now  # when the last slot became free; None: in use
@@ -52,11 +58,24 @@ class LeaseSlab:
             raise errors.LeaseLost(f"lease {self.id} is no longer held")
         return self.mapping.buffer
 
+    def tensor(self, offset: int, length: int, dtype: torch.dtype | None) -> torch.Tensor:
+        """A zero-copy torch tensor over [offset, offset+length) (needs torch); LeaseLost once
+        the lease is gone."""
+        if not self.usable or self.mapping is None:
+            raise errors.LeaseLost(f"lease {self.id} is no longer held")
+        return self.mapping.tensor(dtype, offset=offset, length=length)
+
     def alloc(self) -> int | None:
         slot = self.slab.alloc()
         if slot is not None:
             self.idle_since = None
         return slot
+
+    def alloc_many(self, count: int) -> list[int]:
+        slots = self.slab.alloc_many(count)
+        if slots:
+            self.idle_since = None
+        return slots
 
     def free(self, slot: int, now: float) -> None:
         self.keys.pop(slot, None)
@@ -68,6 +87,9 @@ class LeaseSlab:
         """Stop using the lease: unmap (views still exported keep the pages until they go) and
         release it; a lost lease's release is refused or moot, which is fine."""
         self.dead_reason = self.dead_reason or reason
+        if self.readonly is not None:
+            self.readonly.release()
+            self.readonly = None
         if self.mapping is not None:
             self.mapping.close()
             self.mapping = None
@@ -116,6 +138,16 @@ class LeaseSet:
                 if slot is not None:
                     return slab, slot
         return None
+
+    def alloc_many(self, count: int) -> list[tuple[LeaseSlab, int]]:
+        """Up to `count` free slots, oldest usable lease first, as alloc() would pick them."""
+        got: list[tuple[LeaseSlab, int]] = []
+        for slab in self.slabs:
+            if len(got) == count:
+                break
+            if slab.slab.free_count and slab.usable:
+                got += [(slab, slot) for slot in slab.alloc_many(count - len(got))]
+        return got
 
     def grow(self) -> LeaseSlab | None:
         """Lease `lease_bytes` more if the budget allows and the daemon grants it, else None."""

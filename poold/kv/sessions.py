@@ -24,6 +24,8 @@ class SessionTable:
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
         self._holders: dict[bytes, set[str]] = {}  # key -> sessions holding it
+        # No deadline is earlier than this, so expire() before it is one comparison.
+        self.next_deadline = float("inf")
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -44,6 +46,7 @@ class SessionTable:
             entry = self._sessions[session] = _Session(deadline)
         else:
             entry.deadline = max(entry.deadline, deadline)
+        self.next_deadline = min(self.next_deadline, entry.deadline)
         new: list[bytes] = []
         for key in keys:
             if key not in entry.keys:
@@ -76,9 +79,14 @@ class SessionTable:
     def expire(self) -> list[tuple[str, list[bytes]]]:
         """End every session whose deadline has passed; returns (session, keys) for each."""
         now = self._clock()
+        if now < self.next_deadline:
+            return []
         # Sessions are few (one per live conversation), so a scan is cheaper than a heap.
         gone = [name for name, entry in self._sessions.items() if entry.deadline <= now]
-        return [(name, self.end(name)) for name in gone]
+        ended = [(name, self.end(name)) for name in gone]
+        self.next_deadline = min((e.deadline for e in self._sessions.values()),
+                                 default=float("inf"))
+        return ended
 
     def forget(self, key: bytes) -> list[str]:
         """The block is gone (lost or removed): no session holds it any more. Returns the

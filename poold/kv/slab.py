@@ -41,6 +41,19 @@ class Slab:
         self._in_use[slot] = 1
         return slot
 
+    def alloc_many(self, count: int) -> list[int]:
+        """Up to `count` free slots, in the order alloc() would hand them out: on a fresh slab,
+        a run of consecutive slots, so the store can copy them in one go."""
+        if count <= 0:
+            return []
+        taken = self._free[-count:]
+        del self._free[-count:]
+        taken.reverse()
+        in_use = self._in_use
+        for slot in taken:
+            in_use[slot] = 1
+        return taken
+
     def free(self, slot: int) -> None:
         if not 0 <= slot < self.slots:
             raise ValueError(f"slot {slot} out of range")

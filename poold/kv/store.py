@@ -17,25 +17,33 @@ outside it (nobody reads a reserved slot) and commits under it, so the asynchron
 copies do not stall the engine's gets. Gets copy under the lock, so an eviction cannot reuse a
 slot mid-read. Growing and releasing leases (HTTP to the local daemon) happen under the lock;
 they are rare.
+
+Cost per call: a batch is reserved, copied and indexed as a batch (blocks that are neighbours
+in the caller's buffer and in the lease move in one copy); upkeep runs only when due
+(Tier.tick); a zero-copy get is a dict lookup, a slice and an LRU-K touch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from poold import errors
 from poold.client import PooldClient
-from poold.kv.buffers import output_view, split_blocks
-from poold.kv.copies import read_blocks, write_blocks
+from poold.kv.buffers import BlockSource, output_view, split_blocks
+from poold.kv.copies import Found, read_blocks, read_into, write_blocks
+from poold.kv.leases import LeaseSlab
 from poold.kv.stats import BlockLocation, KVStats, LostLease
 from poold.kv.tier import Tier
 from poold.kv.worker import Worker
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from poold.kv.buffers import Blocks, BufferLike
 
@@ -59,7 +67,7 @@ class KVStore:
                           priorities=priorities or DEFAULT_PRIORITIES,
                           idle_release_s=idle_release_s, correlated_s=correlated_s,
                           labels={"poold.kv": "block-store", **(labels or {})}, pool=pool,
-                          clock=clock)
+                          maintenance_period_s=maintenance_period_s, clock=clock)
         self._index = self._tier.index
         self._closed = False
         self._worker = Worker("poold-kv-worker", self.maintain, maintenance_period_s)
@@ -81,7 +89,7 @@ class KVStore:
 
     def put(self, key: bytes, block: BufferLike, *, priority: str = "default",
             session: str | None = None) -> bool:
-        return self.put_many([key], [block], priority=priority, session=session)[0]
+        return self._put([key], split_blocks(block, 1, self.block_size), priority, session)[0]
 
     def put_many(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
                  session: str | None = None) -> list[bool]:
@@ -89,14 +97,27 @@ class KVStore:
         Returns, per key, whether the store holds it now. False: no room (budget spent and every
         block pinned), or its lease was lost during the copy. `session` also holds the keys
         for that session (see pin_session)."""
-        views = split_blocks(blocks, len(keys), self.block_size)
+        return self._put(keys, split_blocks(blocks, len(keys), self.block_size), priority,
+                         session)
+
+    def put_async(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
+                  session: str | None = None) -> Future[list[bool]]:
+        """put_many on the background worker, in submission order; the future completes with
+        its result. Leave `blocks` unchanged until then: the copy reads them in place."""
+        keys = list(keys)
+        source = split_blocks(blocks, len(keys), self.block_size)  # bad shapes fail here, now
+        self._index.rank(priority)
+        return self._worker.submit(lambda: self._put(keys, source, priority, session))
+
+    def _put(self, keys: Sequence[bytes], source: BlockSource, priority: str,
+             session: str | None) -> list[bool]:
         self._index.rank(priority)  # refuse an unknown class before reserving anything
         with self._lock:
             self._check_open()
-            self._tier.maintain()
+            self._tier.tick()
             held, reserved = self._tier.reserve(keys)
         try:
-            written = write_blocks(reserved, views, self.block_size)
+            written = write_blocks(reserved, source)
         except BaseException:  # give the reserved slots back before the error goes up
             with self._lock:
                 self._tier.commit(reserved, [False] * len(reserved), held, priority)
@@ -107,16 +128,6 @@ class KVStore:
                 self._index.hold(session, [k for k, ok in zip(keys, held, strict=True) if ok],
                                  self.session_ttl_s)
         return held
-
-    def put_async(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
-                  session: str | None = None) -> Future[list[bool]]:
-        """put_many on the background worker, in submission order; the future completes with
-        its result. Leave `blocks` unchanged until then: the copy reads them in place."""
-        keys = list(keys)
-        views = split_blocks(blocks, len(keys), self.block_size)  # bad shapes fail here, now
-        self._index.rank(priority)
-        return self._worker.submit(
-            lambda: self.put_many(keys, views, priority=priority, session=session))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for every put_async submitted so far."""
@@ -137,7 +148,7 @@ class KVStore:
     def contains_many(self, keys: Iterable[bytes]) -> list[bool]:
         """Which keys a get would find now (a lookup is not a reference for eviction)."""
         with self._lock:
-            self._tier.maintain()
+            self._tier.tick()
             return [(w := self._index.get(k)) is not None and w.slab.usable for k in keys]
 
     def get(self, key: bytes) -> bytes | None:
@@ -145,7 +156,10 @@ class KVStore:
         return self.get_many([key])[0]
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        return self._read(keys, lambda _i, src: bytes(src))
+        with self._lock:
+            found, out = self._find(keys)
+            read_blocks(found, self.block_size, bytes, out)
+            return self._finish(keys, found, out)
 
     def get_into(self, key: bytes, out: BufferLike) -> bool:
         return self.get_many_into([key], out)[0]
@@ -153,21 +167,41 @@ class KVStore:
     def get_many_into(self, keys: Sequence[bytes], out: BufferLike) -> list[bool]:
         """Copy block i into out[i * block_size:(i + 1) * block_size]; a miss leaves its part
         untouched. Returns which keys hit."""
-        dst, size = output_view(out, len(keys), self.block_size), self.block_size
-
-        def copy(i: int, src: memoryview) -> bool:
-            dst[i * size:(i + 1) * size] = src
-            return True
-
-        return [got is not None for got in self._read(keys, copy)]
+        dst = output_view(out, len(keys), self.block_size)
+        with self._lock:
+            found, hits = self._find(keys)
+            for (i, _slab, _offset), ok in zip(found, read_into(found, dst, self.block_size),
+                                               strict=True):
+                hits[i] = ok or None
+            return [got is not None for got in self._finish(keys, found, hits)]
 
     def get_view(self, key: bytes) -> memoryview | None:
-        return self.get_many_views([key])[0]
+        """get_many_views for one key, on a shorter path (it is called once per block)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            self._tier.tick()
+            where = self._index.get(key)
+            if where is not None:
+                view = where.slab.readonly
+                if view is not None and where.slab.usable:
+                    self._index.touch(key)
+                    self._index.counts["hits"] += 1
+                    return view[where.offset:where.offset + self.block_size]
+            self._index.counts["misses"] += 1
+            return None
 
     def get_many_views(self, keys: Sequence[bytes]) -> list[memoryview | None]:
         """Zero-copy, read-only views into the lease. A view stays valid until its block is
         evicted or discarded (pin it to prevent that) or its lease is lost: copy out promptly."""
-        return self._read(keys, lambda _i, src: src.toreadonly())
+        size = self.block_size
+        with self._lock:
+            found, out = self._find(keys)
+            for i, slab, offset in found:
+                view = slab.readonly
+                if view is not None:
+                    out[i] = view[offset:offset + size]
+            return self._finish(keys, found, out)
 
     def get_array(self, key: bytes) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
         """A zero-copy, read-only uint8 numpy view of the block (needs numpy)."""
@@ -176,25 +210,54 @@ class KVStore:
         view = self.get_view(key)
         return None if view is None else np.frombuffer(view, dtype=np.uint8)
 
-    def _read(self, keys: Sequence[bytes], sink: Callable[[int, memoryview], Any]) -> list[Any]:
-        out: list[Any] = [None] * len(keys)
+    def get_tensor(self, key: bytes, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        """get_many_tensors for one key."""
+        return self.get_many_tensors([key], dtype)[0]
+
+    def get_many_tensors(self, keys: Sequence[bytes], dtype: torch.dtype | None = None
+                         ) -> list[torch.Tensor | None]:
+        """Zero-copy, 1-D torch CPU tensors over the blocks, of `dtype` (uint8 by default; the
+        block size must be a multiple of its size); needs torch. Valid as long as views are
+        (see get_many_views). torch has no read-only tensors: writing into one changes the
+        stored block, so treat them as read-only (`.to(device)` or `.clone()` to own a copy)."""
+        size = self.block_size
         with self._lock:
-            self._check_open()
-            self._tier.maintain()
-            found = [(i, where.slab, where.offset) for i, key in enumerate(keys)
-                     if (where := self._index.get(key)) is not None]
-            read_blocks(found, self.block_size, sink, out)
-            for i, slab, _offset in found:
-                if out[i] is None:
-                    continue
-                if slab.usable:
-                    self._index.touch(keys[i])
-                else:  # lost while we copied: the bytes may be someone else's by now
-                    out[i] = None
+            found, out = self._find(keys)
+            for i, slab, offset in found:
+                with contextlib.suppress(errors.PooldError):  # lost: a miss
+                    out[i] = slab.tensor(offset, size, dtype)
+            return self._finish(keys, found, out)
+
+    def _find(self, keys: Sequence[bytes]) -> tuple[list[Found], list[Any]]:
+        """Where the present keys are, and an answer list of Nones. Under the lock."""
+        self._check_open()
+        self._tier.tick()
+        get = self._index.locations.get
+        found = [(i, where[0], where[2]) for i, key in enumerate(keys)
+                 if (where := get(key)) is not None]
+        return found, [None] * len(keys)
+
+    def _finish(self, keys: Sequence[bytes], found: list[Found], out: list[Any]) -> list[Any]:
+        """After the reads: a block whose lease was lost meanwhile is a miss (its bytes may be
+        someone else's by now); a hit is a reference for eviction. Counts hits and misses."""
+        usable: dict[LeaseSlab, bool] = {}
+        touch = self._index.touch
+        hits = 0
+        for i, slab, _offset in found:
+            if out[i] is None:
+                continue
+            alive = usable.get(slab)
+            if alive is None:
+                alive = usable[slab] = slab.usable
+            if alive:
+                touch(keys[i])
+                hits += 1
+            else:
+                out[i] = None
+        if len(usable) and not all(usable.values()):
             self._tier.reap_lost()
-            hits = sum(x is not None for x in out)
-            self._index.counts["hits"] += hits
-            self._index.counts["misses"] += len(keys) - hits
+        self._index.counts["hits"] += hits
+        self._index.counts["misses"] += len(keys) - hits
         return out
 
     # -- retention -----------------------------------------------------------------------------
@@ -213,13 +276,13 @@ class KVStore:
         """Hold the present `keys` for `session` across a gap (a tool call) until
         end_session or until ttl_s (default session_ttl_s) passes without touch_session."""
         with self._lock:
-            self._tier.maintain()
+            self._tier.tick()
             return self._index.hold(session, keys, self.session_ttl_s if ttl_s is None else ttl_s)
 
     def touch_session(self, session: str, ttl_s: float | None = None) -> bool:
         """Push the session's deadline out; False when it already ended or expired."""
         with self._lock:
-            self._tier.maintain()
+            self._tier.tick()
             return self._index.extend(session, self.session_ttl_s if ttl_s is None else ttl_s)
 
     def end_session(self, session: str) -> int:

@@ -5,6 +5,12 @@ admits copied blocks into the index, and keeps the leases honest: every pass dro
 leases the keepalive thread found lost, unmaps them and records them, and gives back leases that
 sat empty for idle_release_s. It never copies bytes (poold.kv.copies does) and never locks
 (poold.kv.store does, around every call here).
+
+Upkeep stays off the hot path: `tick()`, which every call runs, is a clock read and two
+comparisons unless a session deadline has passed (then it expires sessions) or
+`maintenance_period_s` (at most idle_release_s) has (then a full `maintain()`). Nothing unsafe
+waits for it: copies check each lease before touching it, gets re-check it after, allocation
+skips lost leases and reaps them before growing, and inspection calls maintain first.
 """
 
 from __future__ import annotations
@@ -26,61 +32,91 @@ class Tier:
     def __init__(self, client: PooldClient, *, block_size: int, budget_bytes: int,
                  lease_bytes: int, ttl_s: int, priorities: Mapping[str, int],
                  idle_release_s: float, correlated_s: float, labels: dict[str, str],
-                 pool: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+                 pool: str | None, maintenance_period_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.block_size = block_size
         self._clock = clock
+        self._period = min(maintenance_period_s, idle_release_s)
+        self._due = float("-inf")  # when tick() next runs a full maintain()
         self.leases = LeaseSet(client, block_size=block_size, lease_bytes=lease_bytes,
                                budget_bytes=budget_bytes, ttl_s=ttl_s,
                                idle_release_s=idle_release_s, labels=labels, pool=pool,
                                clock=clock)
-        self.index = BlockIndex(priorities, correlated_s=correlated_s, clock=clock)
+        self.index = BlockIndex(priorities, block_size, correlated_s=correlated_s,
+                                clock=clock)
         self.inflight: set[bytes] = set()  # reserved by a put that is still copying
         self.lost: list[LostLease] = []
 
     def reserve(self, keys: Sequence[bytes]) -> tuple[list[bool], list[Reserved]]:
         """A slot for each key not held yet. Returns, per key, whether it is held already, and
-        the reservations to copy into."""
+        the reservations to copy into, in the order of `keys`."""
         held = [False] * len(keys)
-        reserved: list[Reserved] = []
+        index, inflight, where = self.index, self.inflight, self.index.locations
+        todo: list[int] = []
         for i, key in enumerate(keys):
-            if key in self.index or key in self.inflight:
+            if key in where or key in inflight:
                 held[i] = True  # content-hash keys: the same key is the same bytes
-                self.index.counts["already_present"] += 1
-                continue
-            got = self._alloc()
-            if got is None:
-                self.index.counts["rejected"] += 1
-                continue
-            self.inflight.add(key)
-            reserved.append(Reserved(i, key, *got))
-        return held, reserved
+            else:
+                inflight.add(key)  # also catches a key twice in one batch
+                todo.append(i)
+        index.counts["already_present"] += len(keys) - len(todo)
+        slots = self._alloc(len(todo))
+        inflight.difference_update([keys[i] for i in todo[len(slots):]])
+        index.counts["rejected"] += len(todo) - len(slots)
+        return held, [(i, keys[i], slab, slot)
+                     for i, (slab, slot) in zip(todo[:len(slots)], slots, strict=True)]
 
     def commit(self, reserved: list[Reserved], written: list[bool], held: list[bool],
                priority: str) -> None:
         """Index the blocks that were copied into a lease still held; free the other slots."""
-        self.reap_lost()  # a lease lost during the copy: its blocks never enter the index
-        now = self._clock()
-        for item, ok in zip(reserved, written, strict=True):
-            self.inflight.discard(item.key)
-            if ok and item.slab.usable:
-                self.index.add(item.key, item.slab, item.slot, priority)
-                self.index.counts["stored"] += 1
-                held[item.index] = True
-            elif item.slab.usable:
-                item.slab.free(item.slot, now)
-            # else: the slot went with its lease
+        self.inflight.difference_update([item[1] for item in reserved])
+        stored: list[tuple[bytes, LeaseSlab, int]] = []
+        lost, last, alive = False, None, False
+        for (i, key, slab, slot), ok in zip(reserved, written, strict=True):
+            if slab is not last:  # reservations come in runs on one lease
+                last, alive = slab, slab.usable
+            if ok and alive:
+                stored.append((key, slab, slot))
+                held[i] = True
+            elif alive:
+                slab.free(slot, self._clock())
+            else:  # the slot went with its lease
+                lost = True
+        self.index.add_many(stored, priority)
+        self.index.counts["stored"] += len(stored)
+        if lost:  # a lease lost during the copy: drop it now
+            self.reap_lost()
 
-    def _alloc(self) -> tuple[LeaseSlab, int] | None:
-        """A free slot; else lease more within the budget; else evict."""
-        got = self.leases.alloc()
-        if got is None and self.leases.grow() is not None:
-            got = self.leases.alloc()
-        while got is None and self.index.evict_one():
-            got = self.leases.alloc()
+    def _alloc(self, count: int) -> list[tuple[LeaseSlab, int]]:
+        """Up to `count` free slots; past the free ones, lease more within the budget; past
+        that, evict."""
+        leases = self.leases
+        got = leases.alloc_many(count)
+        if len(got) < count:
+            self.reap_lost()  # a lost lease's bytes must not count against the budget
+            while len(got) < count and leases.grow() is not None:
+                got += leases.alloc_many(count - len(got))
+        while len(got) < count:
+            need = count - len(got)
+            evicted = 0
+            while evicted < need and self.index.evict_one():
+                evicted += 1
+            if not evicted:
+                break  # every block is pinned
+            got += leases.alloc_many(need)
         return got
+
+    def tick(self) -> None:
+        """What every call runs first: cheap unless some upkeep is due (see the module doc)."""
+        now = self._clock()
+        if now >= self._due:
+            self.maintain()
+        elif now >= self.index.sessions_due:
+            self.index.expire_sessions()
 
     def maintain(self) -> None:
         """Expire sessions, drop lost leases, give idle ones back."""
+        self._due = self._clock() + self._period
         self.index.expire_sessions()
         self.reap_lost()
         for slab in self.leases.take_idle():
