@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from drivers import DriverFailure
 from drivers.topology import scan
 from poold import db, errors
+from poold.cli import device
 from poold.cli.output import print_json, print_table
 from poold.client.http import PooldClient
 from poold.config import Settings, load_settings
@@ -77,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("id")
         _api_options(cmd)
         cmd.set_defaults(func=_lease_action, action=action)
+
+    device.add_commands(sub, _api_options, _client)
 
     discover = sub.add_parser("discover", help="print the CXL/DAX topology this host has, and "
                               "which dax devices poold can lease")
