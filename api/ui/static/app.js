@@ -199,16 +199,34 @@ function banner(message, kind = "error") {
   el.textContent = message || "";
 }
 
-function confirmDialog(title, body, okText) {
+// A modal confirmation. With `field` (a placeholder), it also asks for a size: resolves to the
+// typed text, or null when cancelled; without, to true or false.
+function confirmDialog(title, body, okText, field = null) {
   const dialog = $("#confirm");
   $("#confirm-title").textContent = title;
   $("#confirm-body").textContent = body;
   $("#confirm-ok").textContent = okText;
+  $("#confirm-field").hidden = !field;
+  const input = $("#confirm-input");
+  input.value = "";
+  input.placeholder = field || "";
   dialog.returnValue = "";
   dialog.showModal();
+  if (field) input.focus();
   return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.addEventListener("close", () => {
+      const ok = dialog.returnValue === "ok";
+      resolve(field ? (ok ? input.value.trim() : null) : ok);
+    }, { once: true });
   });
+}
+
+// "4GiB", "512 MiB", "2g", "1073741824" -> bytes; NaN when it is none of these.
+function parseBytes(text) {
+  const m = /^(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?$/i.exec(text.trim());
+  if (!m) return Number.NaN;
+  const power = " kmgtp".indexOf((m[2] || " ").toLowerCase());
+  return Math.round(Number(m[1]) * 1024 ** power);
 }
 
 function showTooltip(event, lines) {
@@ -468,7 +486,7 @@ const devicesPage = {
     const [devices, topo] = await Promise.allSettled([api("/v1/devices"), api("/v1/topology")]);
     if (devices.status === "rejected") throw devices.reason;
     const topology = topo.status === "fulfilled" ? topo.value : null;
-    const dax = new Map((topology?.dax_devices || []).map((d) => [d.chardev, d]));
+    const dax = new Map((topology?.dax_devices || []).map((d) => [baseName(d.chardev), d]));
     const byRegion = new Map((topology?.dax_regions || []).map((r) => [r.id, r]));
     st.ledger.replaceChildren(devices.value.length
       ? deviceTable(devices.value, dax, byRegion)
@@ -478,16 +496,16 @@ const devicesPage = {
         `The kernel topology could not be read: ${topo.reason.message}`));
       return;
     }
-    const known = new Set(devices.value.map((d) => d.chardev));
+    const known = new Set(devices.value.map((d) => baseName(d.chardev)));
     st.kernel.replaceChildren(...kernelTables(topology, known));
   },
 };
 
+const baseName = (path) => String(path).split("/").pop();
+
 function topologyOf(device, dax) {
-  const d = dax.get(device.chardev);
-  if (d) return d;
-  // The emulated device has no kernel object; match a dax device by name otherwise.
-  return [...dax.values()].find((x) => x.chardev.endsWith(`/${device.devname}`)) || null;
+  // The emulated device has no kernel object.
+  return dax.get(baseName(device.chardev)) || dax.get(device.devname) || null;
 }
 
 function leasableOf(device, t) {
@@ -499,49 +517,101 @@ function leasableOf(device, t) {
 }
 
 function deviceTable(devices, dax, byRegion) {
-  const cols = ["Device", "Kind", "Pool", "Host", "State", "Mode", "NUMA node", "Memdevs",
-    "CXL region", "DAX region", "Size", "Leased", "Free", "Leasable", "Actions"]
-    .map((label) => ({ key: label, label, num: ["Size", "Leased", "Free"].includes(label) }));
+  const cols = ["Device", "Pool", "Host", "State", "Mode", "NUMA node",
+    "Backing (memdev → CXL region → DAX region)", "Size", "Leased", "Leasable", "Actions"]
+    .map((label) => ({ key: label, label, num: ["Size", "Leased"].includes(label) }));
   const rows = devices.map((d) => {
     const t = topologyOf(d, dax);
     const [ok, why] = leasableOf(d, t);
     const region = t && byRegion.get(t.region_id);
-    const action = d.state === "draining"
-      ? h("button", { class: "small ghost undrain", onclick: () => drainAction(d, "undrain") }, "Undrain")
-      : h("button", { class: "small ghost drain", disabled: d.state === "missing",
-        onclick: () => drainAction(d, "drain") }, "Drain");
+    const backing = t ? [t.memdevs ? t.memdevs.map((m) => `${m.memdev} (serial ${m.serial})`).join(" + ") : null,
+      t.cxl_region, region ? `dax region ${region.id}` : `dax region ${t.region_id}`]
+      .filter(Boolean).join(" → ") : d.kind === "emulated" ? "a file (emulated)" : "—";
+    const action = !DAX_NAME.test(d.devname)
+      ? h("span", { class: "muted", title: "Only dax devices are drained" }, "—")
+      : d.state === "draining"
+        ? h("button", { class: "small ghost undrain", onclick: () => drainAction(d, "undrain") }, "Undrain")
+        : h("button", { class: "small ghost drain", disabled: d.state === "missing",
+          onclick: () => drainAction(d, "drain") }, "Drain");
     return h("tr", { "data-device": d.id },
-      h("td", {}, h("b", {}, d.devname), h("div", { class: "muted mono" }, d.chardev)),
-      h("td", {}, d.kind), h("td", {}, d.pool), h("td", {}, d.host ?? "shared"),
+      h("td", {}, h("b", {}, d.devname), h("div", { class: "muted mono", title: d.chardev }, shortPath(d.chardev))),
+      h("td", {}, d.pool), h("td", {}, d.host ?? "shared"),
       h("td", {}, stateBadge(d.state)), h("td", {}, t ? t.mode : d.kind),
       h("td", {}, d.numa_node ?? t?.numa_node ?? t?.target_node ?? "—"),
-      h("td", {}, t?.memdevs ? t.memdevs.map((m) => `${m.memdev} (${m.serial})`).join(", ") : "—"),
-      h("td", {}, t?.cxl_region ?? "—"),
-      h("td", {}, region ? `region${region.id}` : t ? String(t.region_id) : "—"),
-      h("td", { class: "num" }, fmtBytes(d.size)), h("td", { class: "num" }, fmtBytes(d.leased_bytes)),
-      h("td", { class: "num" }, fmtBytes(d.free_bytes)),
+      h("td", { class: "wrap" }, backing),
+      h("td", { class: "num" }, fmtBytes(d.size)),
+      h("td", { class: "num" }, `${fmtBytes(d.leased_bytes)} (${pct(d.leased_bytes, d.size).toFixed(0)} %)`),
       h("td", { class: "wrap" }, stateBadge(ok ? "yes" : "no"), why ? ` ${why}` : ""),
       h("td", {}, action, " ", h("a", { href: `#/map/${d.id}` }, "Map")));
   });
   return table(cols, rows);
 }
 
-async function drainAction(device, verb) {
-  const text = verb === "drain"
-    ? `No new leases will be placed on ${device.devname}; its ${device.live_leases} live lease(s) run until released or expired.`
-    : `${device.devname} will take new leases again.`;
-  if (!(await confirmDialog(`${verb === "drain" ? "Drain" : "Undrain"} ${device.devname}?`, text,
-    verb === "drain" ? "Drain" : "Undrain"))) return;
+const shortPath = (path) => (path.length > 32 ? `…${path.slice(-30)}` : path);
+
+// Device operations (api.routers.devices) address dax devices by name; the emulated device has
+// none of them.
+const DAX_NAME = /^dax\d+\.\d+$/;
+
+async function deviceOp(devname, operation, body) {
+  const path = operation === "destroy" ? `/v1/devices/${devname}`
+    : operation === "create" ? "/v1/devices" : `/v1/devices/${devname}/${operation}`;
+  const method = operation === "destroy" ? "DELETE" : "POST";
   try {
-    await api(`/v1/devices/${device.id}/${verb}`, { method: "POST" });
-    toast(`${device.devname}: ${verb} requested.`);
+    const done = await api(path, { method, body });
+    toast(`${done.devname}: ${operation} done.`);
   } catch (exc) {
     if (exc.status === 401) return;
     toast(exc.missingEndpoint
-      ? `This daemon cannot ${verb} devices yet (${exc.where} answered ${exc.status}).`
-      : `${verb} failed: ${exc.message}`, "error");
+      ? `This daemon cannot ${operation} devices yet (${exc.where} answered ${exc.status}).`
+      : `${operation} ${devname || ""} refused: ${exc.message}`, "error");
   }
   tickNow();
+}
+
+async function drainAction(device, verb) {
+  const text = verb === "drain"
+    ? `No new leases will be placed on ${device.devname}; its ${device.live_leases} live lease(s) run until released, expired or revoked.`
+    : `${device.devname} will take new leases again.`;
+  if (await confirmDialog(`${verb === "drain" ? "Drain" : "Undrain"} ${device.devname}?`, text,
+    verb === "drain" ? "Drain" : "Undrain")) await deviceOp(device.devname, verb);
+}
+
+async function reconfigureAction(d) {
+  const devname = d.chardev.split("/").pop();
+  const mode = d.mode === "system-ram" ? "devdax" : "system-ram";
+  const text = mode === "system-ram"
+    ? `${devname} goes to the kernel as a CPU-less NUMA node (kmem); poold stops leasing it. Refused while it holds live leases.`
+    : `${devname} leaves the page allocator and becomes a leasable devdax device. Refused while its memory is in use.`;
+  if (await confirmDialog(`Reconfigure ${devname} as ${mode}?`, text, "Reconfigure")) {
+    await deviceOp(devname, "reconfigure", { mode });
+  }
+}
+
+async function resizeAction(d) {
+  const devname = d.chardev.split("/").pop();
+  const text = await confirmDialog(`Resize ${devname}`, `Now ${fmtBytes(d.size)}; a multiple of `
+    + `${fmtBytes(d.align)}. Refused while it holds live leases.`, "Resize", "e.g. 1GiB, 0 to empty");
+  if (text === null) return;
+  const size = parseBytes(text);
+  if (Number.isNaN(size)) { toast(`Not a size: ${text}`, "error"); return; }
+  await deviceOp(devname, "resize", { size });
+}
+
+async function destroyAction(d) {
+  const devname = d.chardev.split("/").pop();
+  if (await confirmDialog(`Destroy ${devname}?`, `${fmtBytes(d.size)} go back to dax region `
+    + `${d.region_id}. Refused while it holds live leases.`, "Destroy")) await deviceOp(devname, "destroy");
+}
+
+async function createAction(region) {
+  const text = await confirmDialog(`New device in dax region ${region.id}`,
+    `${fmtBytes(region.available_size)} available; a multiple of ${fmtBytes(region.align)}.`,
+    "Create", "e.g. 1GiB");
+  if (text === null) return;
+  const size = parseBytes(text);
+  if (Number.isNaN(size)) { toast(`Not a size: ${text}`, "error"); return; }
+  await deviceOp("", "create", { region: region.id, size });
 }
 
 function kernelTables(topo, known) {
@@ -554,12 +624,28 @@ function kernelTables(topo, known) {
     h("td", {}, d.state ?? "—"), h("td", { class: "num" }, fmtBytes(d.size)),
     h("td", { class: "wrap" }, stateBadge(d.leasable ? "yes" : "no"),
       d.leasable ? "" : ` ${d.not_leasable_because}`),
-    h("td", {}, known.has(d.chardev) ? "yes" : "no")));
+    h("td", {}, known.has(baseName(d.chardev)) ? "yes" : "no"),
+    h("td", {}, h("button", { class: "small ghost reconfigure", onclick: () => reconfigureAction(d) },
+      d.mode === "system-ram" ? "To devdax" : "To system-ram"), " ",
+    h("button", { class: "small ghost resize", onclick: () => resizeAction(d) }, "Resize"), " ",
+    h("button", { class: "small ghost destroy", onclick: () => destroyAction(d) }, "Destroy"))));
   out.push(h("h2", {}, "DAX devices"), daxRows.length
     ? table(["DAX device", "DAX region", "nd region", "CXL region", "Memdevs", "NUMA node",
-      "Target node", "Mode", "State", "Size", "Leasable", "In ledger"]
+      "Target node", "Mode", "State", "Size", "Leasable", "In ledger", "Actions"]
       .map((label) => ({ key: label, label, num: label === "Size" })), daxRows)
     : emptyState("The kernel shows no DAX device."));
+  const regionRowsDax = (topo.dax_regions || []).map((r) => h("tr", { "data-dax-region": r.id },
+    h("td", {}, `region${r.id}`), h("td", { class: "mono" }, r.path),
+    h("td", { class: "num" }, fmtBytes(r.size)), h("td", { class: "num" }, fmtBytes(r.available_size)),
+    h("td", {}, fmtBytes(r.align)), h("td", {}, r.dynamic ? "dynamic" : "static"),
+    h("td", {}, (r.devices || []).map((c) => c.split("/").pop()).join(", ") || "—"),
+    h("td", {}, r.dynamic && r.available_size > 0
+      ? h("button", { class: "small ghost create", onclick: () => createAction(r) }, "New device") : "")));
+  if (regionRowsDax.length) {
+    out.push(h("h2", {}, "DAX regions"), table(["DAX region", "Path", "Size", "Available", "Align",
+      "Kind", "Devices", "Actions"].map((label) => ({ key: label, label, num: ["Size", "Available"].includes(label) })),
+    regionRowsDax));
+  }
   const memdevRows = (topo.memdevs || []).map((m) => h("tr", {},
     h("td", {}, m.memdev), h("td", {}, m.serial ?? "—"), h("td", {}, m.host ?? "—"),
     h("td", { class: "num" }, fmtBytes(m.ram_size)), h("td", { class: "num" }, fmtBytes(m.pmem_size)),
