@@ -10,6 +10,7 @@ from starlette.types import Lifespan
 from api import errors
 from api.metrics import EdgeMetricsMiddleware, Metrics
 from api.routers import hosts, inventory, leases, ops, overview
+from api.routers.devices import router as device_router
 from api.schemas import Health
 from api.ui import router as ui
 from poold import __version__
@@ -37,6 +38,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.include_router(inventory.router)
     app.include_router(hosts.router)
     app.include_router(ops.router)
+    app.include_router(device_router)
     app.include_router(overview.router)
     ui.install(app)  # /ui: the admin web UI (static files; the API calls carry the token)
 
