@@ -8,8 +8,9 @@ from fastapi import FastAPI
 from starlette.types import Lifespan
 
 from api import errors
+from api.auth import Authenticator
 from api.metrics import EdgeMetricsMiddleware, Metrics
-from api.routers import hosts, inventory, leases, ops, overview
+from api.routers import access, hosts, inventory, leases, ops, overview
 from api.routers.devices import router as device_router
 from api.schemas import Health
 from api.ui import router as ui
@@ -19,11 +20,12 @@ from poold.ledger.ledger import Ledger
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                sysfs_root: str = "/sys", lease_key: bytes | None = None,
-               metrics: Metrics | None = None, probe_timeout_s: float = 5.0) -> FastAPI:
+               metrics: Metrics | None = None, probe_timeout_s: float = 5.0,
+               auth: Authenticator | None = None) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
     `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
     with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
-    /readyz."""
+    /readyz; `auth` resolves who asks (None: auth off, everyone is an admin)."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.")
     app.state.ledger = ledger
@@ -32,6 +34,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     metrics = metrics or Metrics(ledger)
     app.state.metrics = metrics
     app.state.probe_timeout_s = probe_timeout_s
+    app.state.auth = auth
     errors.install(app)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.include_router(leases.router)
@@ -39,6 +42,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.include_router(hosts.router)
     app.include_router(ops.router)
     app.include_router(device_router)
+    app.include_router(access.router)
     app.include_router(overview.router)
     ui.install(app)  # /ui: the admin web UI (static files; the API calls carry the token)
 

@@ -3,7 +3,8 @@
 A bearer token (`Authorization: Bearer pd_<id>_<secret>`) names a token row in the ledger; a
 request on the daemon's UNIX socket without one is identified by its peer's uid (SO_PEERCRED,
 see poold.daemon.peercred) and mapped to a tenant or admin by config. With no authenticator
-installed (auth off: tests, or `auth = "off"` in the config) everyone is an admin.
+installed (auth off: unit tests of other concerns, or `auth = "off"` in the config) everyone is an
+admin.
 
 Routes declare what they need with `PrincipalDep` (anyone authenticated) or `AdminDep`; hot-path
 routes call `principal_of` inline (see api.routers.leases for why).
@@ -11,21 +12,106 @@ routes call `principal_of` inline (see api.routers.leases for why).
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 
-from poold.errors import Forbidden
+from poold.errors import Forbidden, Unauthenticated
+from poold.ledger import tenants
+from poold.ledger.ledger import Ledger
+from poold.ledger.tenants import TokenSecret
+from poold.security import secret_matches, split_token
 from poold.types import Principal, Role
 
 # What everyone is when auth is off.
 OPEN = Principal(name="open", role=Role.ADMIN)
 _SCOPE_KEY = "poold.principal"
+# Where the UNIX-socket server puts its peer's (pid, uid, gid): see poold.daemon.peercred.
+PEER_SCOPE_KEY = "poold.peer"
+# A token looked up in the ledger is trusted this long without looking again. Revoking through
+# this daemon forgets it at once; a revocation made through another host's daemon (same
+# PostgreSQL ledger) is seen here within this many seconds.
+TOKEN_CACHE_S = 1.0
 
 
 class Authenticator(Protocol):
     def authenticate(self, request: Request) -> Principal:
         """The request's principal; raises Unauthenticated when it has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPolicy:
+    """Principals for UNIX-socket peers that send no token, by uid (from config)."""
+
+    admins: frozenset[int] = frozenset()
+    tenants: Mapping[int, str] = field(default_factory=dict)
+
+    def principal(self, uid: int) -> Principal | None:
+        if uid in self.admins:
+            return Principal(name=f"uid{uid}", role=Role.ADMIN)
+        tenant = self.tenants.get(uid)
+        if tenant is not None:
+            return Principal(name=f"uid{uid}", role=Role.TENANT, tenant=tenant)
+        return None
+
+
+class TokenAuthenticator:
+    """Bearer tokens from the ledger, else the UNIX-socket peer's uid by `peers`."""
+
+    def __init__(self, ledger: Ledger, peers: PeerPolicy | None = None,
+                 cache_s: float = TOKEN_CACHE_S) -> None:
+        self._ledger = ledger
+        self._peers = peers or PeerPolicy()
+        self._cache_s = cache_s
+        self._cache: dict[str, tuple[TokenSecret, float]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, request: Request) -> Principal:
+        header = request.headers.get("authorization")
+        if header is not None:
+            return self._bearer(header)
+        peer = request.scope.get(PEER_SCOPE_KEY)
+        if peer is not None:
+            principal = self._peers.principal(peer[1])
+            if principal is not None:
+                return principal
+            raise Unauthenticated(f"uid {peer[1]} on the UNIX socket maps to no tenant; "
+                                  "send Authorization: Bearer <token>")
+        raise Unauthenticated("send Authorization: Bearer <token>")
+
+    def forget(self, token_id: str) -> None:
+        """Drop a cached token (just revoked here): its next use is judged by the ledger."""
+        with self._lock:
+            self._cache.pop(token_id, None)
+
+    def _bearer(self, header: str) -> Principal:
+        scheme, _, bearer = header.partition(" ")
+        parts = split_token(bearer.strip()) if scheme.lower() == "bearer" else None
+        if parts is None:
+            raise Unauthenticated("malformed credential: expected Authorization: Bearer pd_...")
+        token_id, secret = parts
+        found = self._lookup(token_id)
+        if found is None or not secret_matches(secret, found.secret_sha256):
+            raise Unauthenticated("unknown credential")
+        if found.revoked:
+            raise Unauthenticated(f"token {token_id} was revoked")
+        return Principal(name=found.name, role=found.role, tenant=found.tenant)
+
+    def _lookup(self, token_id: str) -> TokenSecret | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(token_id)
+        if cached is not None and now - cached[1] < self._cache_s:
+            return cached[0]
+        found = self._ledger.read(lambda s, _now: tenants.lookup(s, token_id))
+        if found is not None:
+            with self._lock:
+                self._cache[token_id] = (found, now)
+        return found
 
 
 def principal_of(request: Request) -> Principal:

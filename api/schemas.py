@@ -11,9 +11,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from poold.types import MAX_BYTES, LeaseState
+from poold.types import MAX_BYTES, LeaseState, Role
 
 Label = Annotated[str, Field(min_length=1, max_length=256)]
+TenantName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.-]*$")]
 
 
 class LeaseRequest(BaseModel):
@@ -26,6 +27,9 @@ class LeaseRequest(BaseModel):
     idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None
     device: Annotated[str | None, Field(max_length=128, description="Devname hint.")] = None
     numa_node: Annotated[StrictInt | None, Field(ge=0, le=65_535)] = None
+    tenant: Annotated[TenantName | None, Field(
+        description="Whom the lease is for; admins and host agents only (a tenant's own "
+                    "leases are always its own).")] = None
 
 
 class KeepaliveRequest(BaseModel):
@@ -170,3 +174,48 @@ class DeviceExtents(BaseModel):
     device: Device
     claims: list[Claim]
     leases: list[Lease]
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: Role
+    tenant: str | None
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    role: Role
+    tenant: TenantName | None = Field(default=None, description="Required for role tenant.")
+
+
+class Token(BaseModel):
+    id: str
+    name: str
+    role: Role
+    tenant: str | None
+    created_at: datetime
+    created_by: str
+    revoked_at: datetime | None
+
+
+class CreatedToken(Token):
+    """Shown once: only a digest of the secret is kept."""
+
+    bearer: str
+
+
+class TenantQuota(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: Annotated[StrictInt | None, Field(ge=0, le=MAX_BYTES)] = None
+    max_leases: Annotated[StrictInt | None, Field(ge=0, le=1_000_000_000)] = None
+
+
+class Tenant(BaseModel):
+    name: str
+    max_bytes: int | None
+    max_leases: int | None
+    leased_bytes: int
+    live_leases: int

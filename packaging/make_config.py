@@ -43,6 +43,10 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "emulate_size": ("unset (no emulated device)", "1GiB"),
     "emulate_dir": ("unset (a hugetlbfs mount with room comes before /dev/shm)", "/dev/shm"),
     "device_pools": ("no rules", {"dax*": "cxl"}),
+    "peer_admins": ('["root"]', ["root", "poold-admin"]),
+    "peer_tenants": ("none", {"vllm": "team-a", "1001": "team-b"}),
+    "tls_certfile": ("unset (plain HTTP; keep listen on loopback)", "/etc/poold/tls/cert.pem"),
+    "tls_keyfile": ("unset", "/etc/poold/tls/key.pem"),
 }
 
 
@@ -77,6 +81,8 @@ def _toml(value: Any, sizes: bool = False) -> str:
         return repr(value)
     if isinstance(value, str | Path):
         return json.dumps(str(value))  # a TOML basic string: the same escapes as JSON
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"no TOML for {value!r}")

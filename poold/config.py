@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -147,6 +147,35 @@ class Settings(BaseSettings):
         "per line (time, level, logger, message and the record's key=value context), for log "
         "shippers.",
     )
+    auth: Literal["token", "off"] = Field(
+        default="token",
+        description="token: every API request names a principal, by bearer token or (on the UNIX "
+        "socket) by its uid through peer_admins / peer_tenants; an admin credential is written "
+        "to <state_dir>/admin.token (0600) on first start. off: everyone is an admin (a "
+        "single-user machine only). /healthz, /readyz and /metrics never ask.",
+    )
+    peer_admins: list[str] = Field(
+        default_factory=lambda: ["root"],
+        description="Users (names or uids) that are admins on the UNIX socket without a token. "
+        "The daemon's own user always is: it can read the admin credential anyway.",
+    )
+    peer_tenants: dict[str, str] = Field(
+        default_factory=dict,
+        description="Users (names or uids) on the UNIX socket -> the tenant they act as without a "
+        'token, e.g. {"vllm" = "team-a", "1001" = "team-b"}.',
+    )
+    tls_certfile: Path | None = Field(
+        default=None,
+        description="PEM certificate (chain) for HTTPS on the TCP listener; with tls_keyfile. "
+        "The UNIX socket stays plain: its peers are identified by the kernel.",
+    )
+    tls_keyfile: Path | None = Field(default=None, description="PEM private key for tls_certfile.")
+    max_body_bytes: int = Field(
+        default=65_536,
+        gt=0,
+        description="Largest request body accepted; a larger one is refused (413) before it is "
+        "read. Every request poold understands is well under 4 KiB.",
+    )
     probe_timeout_s: float = Field(
         default=5.0,
         gt=0,
@@ -169,6 +198,12 @@ class Settings(BaseSettings):
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: set both or neither")
+        return self
 
     @property
     def sockets_dir(self) -> Path:

@@ -40,6 +40,14 @@ class UnknownHost(NotFound):
     pass
 
 
+class UnknownToken(NotFound):
+    pass
+
+
+class UnknownTenant(NotFound):
+    pass
+
+
 class Conflict(PooldError):
     """Base for requests that clash with the ledger's current state."""
 

@@ -1,4 +1,4 @@
-"""Secrets this host keeps: the key that signs lease tokens.
+"""Secrets this host keeps: the key that signs lease tokens, and bearer tokens.
 
 A lease token proves its bearer was handed the lease at grant time: it is an HMAC of the lease id
 under a key that never leaves this host, so nothing needs storing per lease and a replayed
@@ -48,3 +48,46 @@ def lease_token(key: bytes, lease_id: str) -> str:
 
 def token_matches(key: bytes, lease_id: str, token: str) -> bool:
     return hmac.compare_digest(lease_token(key, lease_id), token)
+
+
+# --- bearer tokens ---------------------------------------------------------------------------
+# `pd_<id>_<secret>`: the id finds the row, the secret is checked against its SHA-256.
+
+TOKEN_PREFIX = "pd_"
+
+
+def new_token() -> tuple[str, str, str]:
+    """(id, secret, the bearer string to hand out once)."""
+    token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    return token_id, secret, f"{TOKEN_PREFIX}{token_id}_{secret}"
+
+
+def split_token(bearer: str) -> tuple[str, str] | None:
+    """(id, secret) of a well-formed bearer string, else None."""
+    if not bearer.startswith(TOKEN_PREFIX):
+        return None
+    token_id, sep, secret = bearer[len(TOKEN_PREFIX):].partition("_")
+    if not sep or len(token_id) != 16 or not 20 <= len(secret) <= 128:
+        return None
+    return token_id, secret
+
+
+def secret_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_matches(secret: str, digest: str) -> bool:
+    return hmac.compare_digest(secret_digest(secret), digest)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secret file 0600, atomically: readers never see it half written or too open."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

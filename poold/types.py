@@ -112,6 +112,9 @@ class EventKind(StrEnum):
     DEVICE_UNDRAINED = "device.undrained"
     HOST_REGISTERED = "host.registered"
     POOL_CREATED = "pool.created"
+    TOKEN_CREATED = "token.created"
+    TOKEN_REVOKED = "token.revoked"
+    TENANT_CHANGED = "tenant.changed"
 
 
 @dataclass(frozen=True, slots=True)

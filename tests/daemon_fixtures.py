@@ -25,9 +25,13 @@ def free_port() -> int:
 
 @contextmanager
 def serving_daemon(state_dir: Path, **settings: Any) -> Iterator[tuple[Daemon, str]]:
-    """Run a daemon until the block ends; yields it and its base URL."""
+    """Run a daemon until the block ends; yields it and its base URL.
+
+    Auth is off unless the test asks (`auth="token"`): tests of other concerns act as admin
+    without a token; tests/api/test_auth.py and the subprocess tests run it on."""
     port = free_port()
     defaults: dict[str, Any] = {
+        "auth": "off",
         "state_dir": state_dir, "emulate_size": 64 * 2**20, "emulate_dir": state_dir,
         "listen": f"127.0.0.1:{port}", "host_id": "test-host", "reap_interval_s": 0.2,
         "runtime_dir": state_dir,

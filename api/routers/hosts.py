@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Depends, Path, Request
 
+from api.auth import get_operator
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
 from api.schemas import Host, HostMemory, NumaNode
@@ -17,7 +18,8 @@ from drivers.sysfs import Sysfs
 from poold.ledger import reads
 from poold.ledger.views import HostView
 
-router = APIRouter(prefix="/v1/hosts", tags=["hosts"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/hosts", tags=["hosts"], responses=ERROR_RESPONSES,
+                   dependencies=[Depends(get_operator)])
 
 
 def _wire(view: HostView, request: Request) -> Host:

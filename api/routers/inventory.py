@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
+from api.auth import get_operator, get_principal
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
 from api.schemas import Claim, Device, DeviceExtents, Event, Lease, Pool
@@ -16,7 +17,10 @@ from poold.errors import DriverError
 from poold.inventory.discovery import discover_json
 from poold.ledger import reads
 
-router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES)
+# Anyone authenticated sees what memory exists; which leases sit where (extents, events) is for
+# admins and host agents.
+router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES,
+                   dependencies=[Depends(get_principal)])
 
 
 @router.get("/devices")
@@ -24,7 +28,7 @@ def list_devices(ledger: LedgerDep) -> list[Device]:
     return [Device.model_validate(asdict(d)) for d in ledger.read(reads.devices)]
 
 
-@router.get("/devices/{device_id}/extents")
+@router.get("/devices/{device_id}/extents", dependencies=[Depends(get_operator)])
 def device_extents(device_id: Annotated[int, Path(ge=1, le=2**31)], ledger: LedgerDep
                    ) -> DeviceExtents:
     device, claims, leases = ledger.read(lambda s, now: reads.device_extents(s, device_id, now))
@@ -49,7 +53,7 @@ def list_pools(ledger: LedgerDep) -> list[Pool]:
     return [Pool.model_validate(asdict(p)) for p in ledger.read(reads.pools)]
 
 
-@router.get("/events")
+@router.get("/events", dependencies=[Depends(get_operator)])
 def list_events(
     ledger: LedgerDep,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,

@@ -18,13 +18,15 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response, status
 from pydantic import TypeAdapter
 
+from api.auth import PrincipalDep, admin_of, principal_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
+from poold.errors import Forbidden
 from poold.ledger import leases, reads
 from poold.ledger.views import LeaseView
 from poold.security import lease_token
-from poold.types import LeaseState
+from poold.types import LeaseState, Role
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERROR_RESPONSES)
 LeaseId = Annotated[str, Path(min_length=1, max_length=64)]
@@ -46,9 +48,21 @@ async def _write(request: Request, command: Callable[[leases.Tx], LeaseView],
     return _json(_ONE.dump_json(view), status_code)
 
 
+def _tenant_only(request: Request) -> str | None:
+    """The tenant a tenant principal is confined to; None for admins and host agents."""
+    principal = principal_of(request)
+    return principal.tenant if principal.role is Role.TENANT else None
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=GrantedLease)
 async def grant_lease(body: LeaseRequest, request: Request) -> Response:
-    grant = leases.GrantRequest(actor=actor_of(request), **body.model_dump())
+    principal = principal_of(request)
+    fields_ = body.model_dump()
+    if principal.role is Role.TENANT:
+        if body.tenant not in (None, principal.tenant):
+            raise Forbidden(f"{principal.actor} may lease only for tenant {principal.tenant!r}")
+        fields_["tenant"] = principal.tenant
+    grant = leases.GrantRequest(actor=principal.actor, **fields_)
     view: LeaseView = await asyncio.wrap_future(
         ledger_of(request).submit(partial(leases.grant, request=grant)))
     token = lease_token(request.app.state.lease_key, view.id)
@@ -60,17 +74,26 @@ async def grant_lease(body: LeaseRequest, request: Request) -> Response:
 @router.get("", response_model=list[Lease])
 def list_leases(
     ledger: LedgerDep,
+    principal: PrincipalDep,
     state: LeaseState | None = None,
     pool: Annotated[str | None, Query(max_length=128)] = None,
+    tenant: Annotated[str | None, Query(max_length=128)] = None,
+    host: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
-    found = ledger.read(lambda s, now: reads.leases(s, now, state=state, pool=pool, limit=limit))
+    """Newest first. A tenant sees its own leases only, whatever `tenant` asks."""
+    if principal.role is Role.TENANT:
+        tenant = principal.tenant
+    found = ledger.read(lambda s, now: reads.leases(s, now, state=state, pool=pool, tenant=tenant,
+                                                    host=host, limit=limit))
     return _json(_MANY.dump_json(found))
 
 
 @router.get("/{lease_id}", response_model=Lease)
-def get_lease(lease_id: LeaseId, ledger: LedgerDep) -> Response:
-    return _json(_ONE.dump_json(ledger.read(lambda s, now: reads.lease(s, lease_id, now))))
+def get_lease(lease_id: LeaseId, ledger: LedgerDep, request: Request) -> Response:
+    only = _tenant_only(request)
+    return _json(_ONE.dump_json(
+        ledger.read(lambda s, now: reads.lease(s, lease_id, now, tenant_only=only))))
 
 
 @router.post("/{lease_id}/keepalive", response_model=Lease)
@@ -78,18 +101,20 @@ async def keepalive(lease_id: LeaseId, request: Request,
                     body: KeepaliveRequest | None = None) -> Response:
     ttl_s = body.ttl_s if body else None
     return await _write(request, partial(leases.keepalive, lease_id=lease_id, ttl_s=ttl_s,
-                                         actor=actor_of(request)))
+                                         actor=actor_of(request),
+                                         tenant_only=_tenant_only(request)))
 
 
 @router.delete("/{lease_id}", response_model=Lease)
 async def release_lease(lease_id: LeaseId, request: Request) -> Response:
     """Idempotent: a lease that already ended is returned as it ended."""
     return await _write(request, partial(leases.release, lease_id=lease_id,
-                                         actor=actor_of(request)))
+                                         actor=actor_of(request),
+                                         tenant_only=_tenant_only(request)))
 
 
 @router.post("/{lease_id}/revoke", response_model=Lease)
 async def revoke_lease(lease_id: LeaseId, request: Request) -> Response:
     """Administrative end of a lease; its holder learns at its next keepalive."""
     return await _write(request, partial(leases.revoke, lease_id=lease_id,
-                                         actor=actor_of(request)))
+                                         actor=admin_of(request).actor))

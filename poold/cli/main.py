@@ -10,17 +10,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from drivers import DriverFailure
 from drivers.topology import scan
 from poold import db, errors
-from poold.cli import device
+from poold.cli import access, device
+from poold.cli.common import api_options, client, ledger_options, load
 from poold.cli.output import print_json, print_table
-from poold.client.http import PooldClient
-from poold.config import Settings, load_settings
 from poold.inventory.discovery import discover_json
 from poold.ledger.clock import DatabaseClock
 from poold.ledger.fsck import fsck
@@ -48,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the daemon")
-    _ledger_options(serve)
+    ledger_options(serve)
     serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:7077)")
     serve.add_argument("--emulate", type=parse_size, metavar="SIZE",
                        help="add an emulated device of SIZE (e.g. 1GiB)")
@@ -61,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     list_.add_argument("what", choices=["devices", "pools", "leases"])
     list_.add_argument("--state", help="leases only: active, released, expired, revoked, lost")
     list_.add_argument("--pool", help="leases only: in this pool")
-    _api_options(list_)
+    api_options(list_)
     list_.add_argument("--human", action="store_true", help="a table instead of JSON")
     list_.set_defaults(func=_list)
 
@@ -71,15 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     acquire.add_argument("size", type=parse_size, help="bytes or e.g. 64MiB")
     acquire.add_argument("--ttl", type=int, help="seconds without keepalive before expiry")
     acquire.add_argument("--pool")
-    _api_options(acquire)
+    api_options(acquire)
     acquire.set_defaults(func=_acquire)
     for action, helptext in (("release", "release a lease"), ("keepalive", "renew a lease")):
         cmd = lease.add_parser(action, help=helptext)
         cmd.add_argument("id")
-        _api_options(cmd)
+        api_options(cmd)
         cmd.set_defaults(func=_lease_action, action=action)
 
-    device.add_commands(sub, _api_options, _client)
+    device.add_commands(sub, api_options, client)
 
     discover = sub.add_parser("discover", help="print the CXL/DAX topology this host has, and "
                               "which dax devices poold can lease")
@@ -88,43 +86,24 @@ def _parser() -> argparse.ArgumentParser:
     discover.set_defaults(func=_discover)
 
     check = sub.add_parser("fsck", help="check the ledger's invariants; exit 1 on a violation")
-    _ledger_options(check)
+    ledger_options(check)
     check.set_defaults(func=_fsck)
+
+    access.add_commands(sub)
 
     database = sub.add_parser("db", help="ledger schema").add_subparsers(required=True,
                                                                         metavar="ACTION")
     upgrade = database.add_parser("upgrade", help="migrate the ledger to the newest schema")
-    _ledger_options(upgrade)
+    ledger_options(upgrade)
     upgrade.set_defaults(func=_db_upgrade)
     return parser
-
-
-def _ledger_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="TOML config file")
-    parser.add_argument("--state-dir", type=Path)
-    parser.add_argument("--database-url", help="SQLAlchemy URL; default SQLite in --state-dir")
-
-
-def _api_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="daemon URL (default from the config's listen)")
-    parser.add_argument("--config", type=Path, help="TOML config file")
-
-
-def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
-    return load_settings(args.config, state_dir=getattr(args, "state_dir", None),
-                         database_url=getattr(args, "database_url", None), **extra)
-
-
-def _client(args: argparse.Namespace) -> PooldClient:
-    url = args.url or f"http://{_settings(args).listen}"
-    return PooldClient(url)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from poold.daemon import Daemon  # the daemon pulls in uvicorn: only for `serve`
     from poold.daemon.logs import configure_logging
 
-    settings = _settings(args, listen=args.listen, emulate_size=args.emulate,
+    settings = load(args, listen=args.listen, emulate_size=args.emulate,
                          host_id=args.host_id, log_format=args.log_format)
     configure_logging(settings.log_level, settings.log_format)
     Daemon(settings).serve()
@@ -132,12 +111,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client(args) as api:
         if args.what == "leases":
             params = {k: v for k, v in (("state", args.state), ("pool", args.pool)) if v}
-            rows = client.raw("GET", "/v1/leases", params=params)
+            rows = api.raw("GET", "/v1/leases", params=params)
         else:
-            rows = client.raw("GET", f"/v1/{args.what}")
+            rows = api.raw("GET", f"/v1/{args.what}")
     if args.human:
         print_table(args.what, rows)
     else:
@@ -146,14 +125,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _acquire(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        print_json(client.grant(args.size, ttl_s=args.ttl, pool=args.pool).model_dump(mode="json"))
+    with client(args) as api:
+        print_json(api.grant(args.size, ttl_s=args.ttl, pool=args.pool).model_dump(mode="json"))
     return 0
 
 
 def _lease_action(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        info = client.release(args.id) if args.action == "release" else client.keepalive(args.id)
+    with client(args) as api:
+        info = api.release(args.id) if args.action == "release" else api.keepalive(args.id)
         print_json(info.model_dump(mode="json"))
     return 0
 
@@ -170,7 +149,7 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _fsck(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = load(args)
     engine = db.make_engine(settings.ledger_url, writer=False)
     try:
         with Session(engine) as session, session.begin():
@@ -184,7 +163,7 @@ def _fsck(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = load(args)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.ledger_url)
     print_json({"upgraded": True, "ledger": settings.ledger_url.split("@")[-1]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -18,19 +19,25 @@ DEFAULT_URL = "http://127.0.0.1:7077"
 class PooldClient:
     """A connection to one poold.
 
-    `url` for TCP, or `uds` for the daemon's api.sock on this host. `fd_socket` (the daemon's
+    `url` for TCP (https:// with TLS; `verify` is a CA bundle path or False), or `uds` for the
+    daemon's api.sock on this host, where the daemon may know the caller by its uid. `token` is a
+    bearer token (default: $POOLD_TOKEN). `fd_socket` (the daemon's
     fd.sock) lets leases be mapped from a descriptor the daemon passes, with no permission on
     the device; without it the SDK opens the chardev itself. `transport` is injectable.
     """
 
     def __init__(self, url: str = DEFAULT_URL, *, uds: str | None = None,
                  fd_socket: str | None = None, transport: httpx.BaseTransport | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, token: str | None = None,
+                 verify: str | bool = True) -> None:
         if uds is not None and transport is None:
             transport = httpx.HTTPTransport(uds=uds)
             url = "http://poold"
         self.fd_socket = fd_socket
-        self._http = httpx.Client(base_url=url, transport=transport, timeout=timeout_s)
+        token = token if token is not None else os.environ.get("POOLD_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url, transport=transport, timeout=timeout_s,
+                                  headers=headers, verify=verify)
 
     def __enter__(self) -> PooldClient:
         return self

@@ -25,6 +25,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.auth import TokenAuthenticator
 from api.metrics import Metrics
 from api.routers.ops import ledger_problem
 from drivers import DriverFailure
@@ -35,9 +36,11 @@ from drivers.topology import scan
 from drivers.udev import UdevMonitor, open_monitor
 from poold import db
 from poold.config import Settings
+from poold.daemon.access import ensure_admin_credential, peer_policy
 from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
+from poold.daemon.peercred import PeerCredProtocol
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
@@ -83,10 +86,18 @@ class Daemon:
                         if monitor is not None else None)
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key)
+        self.auth: TokenAuthenticator | None = None
+        self.admin_credential: Path | None = None
+        if settings.auth == "token":
+            self.admin_credential = ensure_admin_credential(self.ledger, settings.state_dir,
+                                                            settings.host_name)
+            self.auth = TokenAuthenticator(
+                self.ledger, peer_policy(settings.peer_admins, settings.peer_tenants))
         self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan,
                                        sysfs_root=str(settings.sysfs_root),
                                        lease_key=self.lease_key, metrics=self.metrics,
-                                       probe_timeout_s=settings.probe_timeout_s)
+                                       probe_timeout_s=settings.probe_timeout_s,
+                                       auth=self.auth)
         if settings.discover_dax:  # admin device operations (api.routers.devices)
             self.app.state.device_admin = DeviceOps(
                 self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
@@ -210,42 +221,64 @@ class Daemon:
             log.info("daemon.stopped host=%s", s.host_id)
 
     def serve(self) -> None:
-        """HTTP on the TCP address and on <sockets_dir>/api.sock (same-host clients).
+        """HTTP (HTTPS when configured) on the TCP address, plain HTTP with peer credentials on
+        <sockets_dir>/api.sock (same-host clients).
 
         READY=1 goes to systemd once both listen; STOPPING=1 as soon as a signal asks to stop.
         """
+        s = self.settings
         # log_config=None: uvicorn's records go through the handler `poold serve` configured
         # (text or JSON) instead of uvicorn's own.
+        tls = s.tls_certfile is not None
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
-                                log_config=None)
-        tcp = socket.create_server((self.settings.listen_host, self.settings.listen_port),
-                                   reuse_port=False)
-        uds_path = self.settings.sockets_dir / "api.sock"
+                                log_config=None,
+                                ssl_certfile=str(s.tls_certfile) if tls else None,
+                                ssl_keyfile=str(s.tls_keyfile) if tls else None)
+        tcp = socket.create_server((s.listen_host, s.listen_port), reuse_port=False)
+        uds_path = s.sockets_dir / "api.sock"
         uds_path.parent.mkdir(parents=True, exist_ok=True)
         uds_path.unlink(missing_ok=True)
         uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         uds.bind(str(uds_path))
         os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
-        status = f"serving http://{self.settings.listen} and {uds_path}"
+        local = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                               log_config=None, http=PeerCredProtocol)
+        scheme = "https" if tls else "http"
+        status = f"serving {scheme}://{s.listen} and {uds_path}"
         try:
-            _SystemdServer(config, self.notifier, status).run(sockets=[tcp, uds])
+            _SystemdServer(config, self.notifier, status, local, uds).run(sockets=[tcp])
         finally:
             uds_path.unlink(missing_ok=True)
             self.notifier.close()
 
 
 class _SystemdServer(uvicorn.Server):
-    """uvicorn's server, telling systemd when it listens and when it begins to stop."""
+    """uvicorn's server on TCP, with a second one on the UNIX socket (its own protocol, no TLS,
+    same app, no second lifespan), telling systemd when both listen and when it begins to
+    stop."""
 
-    def __init__(self, config: uvicorn.Config, notifier: Notifier, status: str) -> None:
+    def __init__(self, config: uvicorn.Config, notifier: Notifier, status: str,
+                 local: uvicorn.Config, uds: socket.socket) -> None:
         super().__init__(config)
         self._notifier = notifier
         self._status = status
+        self._local = uvicorn.Server(local)
+        self._uds = uds
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
-        if self.started:  # the lifespan ran (tasks up) and every socket accepts connections
+        if not self.started:
+            return
+        self._local.config.load()
+        self._local.lifespan = self._local.config.lifespan_class(self._local.config)
+        await self._local.startup(sockets=[self._uds])
+        if self._local.started:  # the lifespan ran (tasks up) and both sockets accept
             self._notifier.ready(self._status)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._local.started:
+            await self._local.shutdown(sockets=[self._uds])
+        await super().shutdown(sockets=sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit:

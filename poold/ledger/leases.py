@@ -29,6 +29,7 @@ from poold.errors import (
     LeaseNotActive,
     LeaseTooLarge,
     NoCapacity,
+    QuotaExceeded,
     UnknownLease,
     UnknownPool,
 )
@@ -169,6 +170,12 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     if placed is None:
         raise NoCapacity(f"no free extent of {request.size} bytes in pool {pool.name!r} now")
     device, claim_id, extent = placed
+    if request.tenant is not None:
+        try:
+            _check_quota(tx, request.tenant, extent.length)
+        except QuotaExceeded:
+            tx.space.free(claim_id, extent)
+            raise
     lease = LeaseRecord(
         id=uuid.uuid4().hex, pool_id=pool.id, device_id=device.id, claim_id=claim_id,
         host_id=tx.host_id, tenant=request.tenant, offset=extent.offset, length=extent.length,
@@ -184,8 +191,10 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     return LeaseView.build(lease, device, pool.name, tx.now)
 
 
-def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str) -> LeaseView:
-    lease = _lease(tx, lease_id)
+def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
+              tenant_only: str | None = None) -> LeaseView:
+    """`tenant_only`: the caller is that tenant, and any other tenant's lease is unknown to it."""
+    lease = _lease(tx, lease_id, tenant_only)
     pool = tx.catalog.pool_by_id(lease.pool_id)
     if pool is None:  # added by another host since the snapshot
         tx.refresh_catalog()
@@ -203,8 +212,11 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str) -> LeaseView
     raise LeaseNotActive(f"lease {lease_id} is {lease.state}")
 
 
-def release(tx: Tx, lease_id: str, actor: str) -> LeaseView:
-    """Idempotent: releasing a finished lease returns it as it ended."""
+def release(tx: Tx, lease_id: str, actor: str, tenant_only: str | None = None) -> LeaseView:
+    """Idempotent: releasing a finished lease returns it as it ended. `tenant_only` as for
+    keepalive."""
+    if tenant_only is not None:
+        _lease(tx, lease_id, tenant_only)
     return _end(tx, lease_id, LeaseState.RELEASED, EventKind.LEASE_RELEASED, actor)
 
 
@@ -259,11 +271,26 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> None:
              offset=lease.offset, length=lease.length, generation=lease.generation)
 
 
-def _lease(tx: Tx, lease_id: str) -> LeaseRecord:
+def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord:
     lease = repo.lease_record(tx.conn, lease_id)
-    if lease is None:
+    if lease is None or (tenant_only is not None and lease.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
     return lease
+
+
+def _check_quota(tx: Tx, tenant: str, length: int) -> None:
+    """Refuse a grant that would take the tenant past a quota. The tenant's row stays locked
+    to the end of the transaction, so grants on other hosts wait rather than both pass."""
+    quota = repo.lock_tenant_quota(tx.conn, tenant)
+    if quota is None or quota == (None, None):
+        return
+    max_bytes, max_leases = quota
+    leased, live = repo.tenant_usage(tx.conn, tenant, tx.now)
+    if max_leases is not None and live + 1 > max_leases:
+        raise QuotaExceeded(f"tenant {tenant!r} holds {live} leases; its quota is {max_leases}")
+    if max_bytes is not None and leased + length > max_bytes:
+        raise QuotaExceeded(f"tenant {tenant!r} holds {leased} bytes; {length} more would "
+                            f"pass its quota of {max_bytes}")
 
 
 def _pool(tx: Tx, name: str | None) -> PoolRecord:

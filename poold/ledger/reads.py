@@ -73,17 +73,21 @@ def pool_id(session: Session, name: str) -> int:
     return pool.id
 
 
-def lease(session: Session, lease_id: str, now: datetime) -> LeaseView:
+def lease(session: Session, lease_id: str, now: datetime, *,
+          tenant_only: str | None = None) -> LeaseView:
+    """`tenant_only`: asked by that tenant, to whom other tenants' leases do not exist."""
     found = repo.get_lease(session, lease_id)
-    if found is None:
+    if found is None or (tenant_only is not None and found.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
     return _lease_views(session, [found], now)[0]
 
 
 def leases(session: Session, now: datetime, *, state: LeaseState | None = None,
-           pool: str | None = None, limit: int = 1000) -> list[LeaseView]:
+           pool: str | None = None, tenant: str | None = None, host: str | None = None,
+           limit: int = 1000) -> list[LeaseView]:
     pid = pool_id(session, pool) if pool is not None else None
-    found = repo.list_leases(session, state=state, pool_id=pid, now=now, limit=limit)
+    found = repo.list_leases(session, state=state, pool_id=pid, now=now, limit=limit,
+                             tenant=tenant, host_id=host)
     return _lease_views(session, found, now)
 
 

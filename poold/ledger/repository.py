@@ -20,7 +20,7 @@ from sqlalchemy import Connection, CursorResult, Table, bindparam, func, insert,
 from sqlalchemy.orm import Session
 
 from poold.ledger.views import LEASE_COLUMNS, DeviceRecord, LeaseRecord, PoolRecord
-from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool
+from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool, Tenant
 from poold.types import ClaimState, DeviceState, EventKind, Extent, LeaseState
 
 # --- hosts, pools, devices ------------------------------------------------------------------
@@ -94,11 +94,15 @@ def live_leases(session: Session, *, host_id: str | None = None) -> Sequence[Lea
 
 def list_leases(
     session: Session, *, state: LeaseState | None, pool_id: int | None, now: datetime,
-    limit: int, after: str | None = None,
+    limit: int, tenant: str | None = None, host_id: str | None = None,
 ) -> Sequence[Lease]:
     query = select(Lease).order_by(Lease.granted_at.desc(), Lease.id).limit(limit)
     if pool_id is not None:
         query = query.where(Lease.pool_id == pool_id)
+    if tenant is not None:
+        query = query.where(Lease.tenant == tenant)
+    if host_id is not None:
+        query = query.where(Lease.host_id == host_id)
     if state is LeaseState.ACTIVE:
         query = query.where(Lease.state == LeaseState.ACTIVE, Lease.expires_at > now)
     elif state is LeaseState.EXPIRED:
@@ -364,3 +368,27 @@ def release_idle_claims(session: Session, device_id: int, host_id: str, now: dat
         .execution_options(synchronize_session=False)
     )
     return [(int(i), int(o), int(n)) for i, o, n in rows]
+
+
+# --- tenants -----------------------------------------------------------------------------------
+
+_QUOTA = (select(Tenant.max_bytes, Tenant.max_leases)
+          .where(Tenant.name == bindparam("name")).with_for_update())
+_TENANT_USAGE = (
+    select(func.coalesce(func.sum(_LEASES.c.length), 0), func.count())
+    .where(_LEASES.c.tenant == bindparam("name"), _LEASES.c.state == _ACTIVE,
+           _LEASES.c.expires_at > bindparam("now"))
+)
+
+
+def lock_tenant_quota(conn: Connection, name: str) -> tuple[int | None, int | None] | None:
+    """(max_bytes, max_leases) of the tenant, its row locked until the transaction ends
+    (PostgreSQL; on SQLite the writer holds the database), or None for an unknown tenant."""
+    row = conn.execute(_QUOTA, {"name": name}).first()
+    return None if row is None else (row[0], row[1])
+
+
+def tenant_usage(conn: Connection, name: str, now: datetime) -> tuple[int, int]:
+    """(bytes, count) of the tenant's valid leases."""
+    row = conn.execute(_TENANT_USAGE, {"name": name, "now": now}).one()
+    return int(row[0]), int(row[1])

@@ -1,6 +1,17 @@
 """ORM models of the ledger. Schema changes go through an Alembic revision in migrations/."""
 
 from poold.models.base import Base, UTCDateTime
-from poold.models.ledger import Claim, Counter, Device, Event, Host, Lease, Pool
+from poold.models.ledger import (
+    Claim,
+    Counter,
+    Device,
+    Event,
+    Host,
+    Lease,
+    Pool,
+    Tenant,
+    Token,
+)
 
-__all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "UTCDateTime"]
+__all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "Tenant",
+           "Token", "UTCDateTime"]

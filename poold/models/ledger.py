@@ -1,4 +1,4 @@
-"""Ledger tables: hosts, pools, devices, claims, leases, events, counters.
+"""Ledger tables: hosts, pools, devices, claims, leases, events, tenants, tokens, counters.
 
 Byte columns are BigInteger. Live extents may not overlap: PostgreSQL refuses it with exclusion
 constraints, SQLite with triggers (both created by the migration, see migrations/versions).
@@ -76,6 +76,7 @@ class Lease(Base):
         Index("ix_leases_state_expires_at", "state", "expires_at"),
         Index("ix_leases_device_id_state", "device_id", "state"),
         Index("uq_leases_host_id_idempotency_key", "host_id", "idempotency_key", unique=True),
+        Index("ix_leases_tenant_state", "tenant", "state"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -110,6 +111,34 @@ class Event(Base):
     device_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lease_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Tenant(Base):
+    """A tenant and its quotas (None: unlimited). Grants lock the row, so quotas hold across
+    hosts."""
+
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_leases: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Token(Base):
+    """A bearer credential. Only the SHA-256 of its secret is stored: the secret is random
+    (256 bits), so a slow hash would add nothing but latency to every request."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name"), nullable=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_by: Mapped[str] = mapped_column(String(255))
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Counter(Base):

@@ -27,8 +27,12 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, ledger_url: str) -> Iterator[tuple[str, str]]:
-    """`poold serve` as a process, on each database; yields its URL and ledger URL."""
+def daemon(tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[tuple[str, str]]:
+    """`poold serve` as a process, on each database; yields its URL and ledger URL. The CLI
+    commands the test runs find the admin credential in the same state directory, as an operator
+    with the same config would."""
+    monkeypatch.setenv("POOLD_STATE_DIR", str(tmp_path / "state"))
     port = free_port()
     env = {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_HOST_ID": "cli-host"}
     log = tmp_path / "daemon.log"
@@ -58,12 +62,19 @@ def daemon(tmp_path: Path, ledger_url: str) -> Iterator[tuple[str, str]]:
             proc.wait()
 
 
+def admin_token() -> str:
+    return (Path(os.environ["POOLD_STATE_DIR"]) / "admin.token").read_text().strip()
+
+
 def curl_grant(url: str, size: int) -> dict[str, object]:
     body = json.dumps({"size": size, "ttl_s": 120})
+    auth = f"Authorization: Bearer {admin_token()}"
     if shutil.which("curl") is None:
-        return dict(httpx.post(f"{url}/v1/leases", json=json.loads(body)).json())
-    out = subprocess.run(["curl", "-sf", "-H", "content-type: application/json", "-d", body,
-                          f"{url}/v1/leases"], capture_output=True, text=True, check=True)
+        return dict(httpx.post(f"{url}/v1/leases", json=json.loads(body),
+                               headers={"Authorization": auth.partition(": ")[2]}).json())
+    out = subprocess.run(["curl", "-sf", "-H", "content-type: application/json", "-H", auth,
+                          "-d", body, f"{url}/v1/leases"], capture_output=True, text=True,
+                         check=True)
     return dict(json.loads(out.stdout))
 
 
@@ -82,7 +93,9 @@ def test_operator_walkthrough(daemon: tuple[str, str]) -> None:
         os.close(fd)
 
     pools = json.loads(run("list", "pools", "--url", url).stdout)
-    assert pools == httpx.get(f"{url}/v1/pools").json()
+    admin = {"Authorization": f"Bearer {admin_token()}"}
+    assert pools == httpx.get(f"{url}/v1/pools", headers=admin).json()
+    assert httpx.get(f"{url}/v1/pools").status_code == 401  # no credential, no answer
     assert pools[0]["leased_bytes"] == 64 * MiB
     human = run("list", "leases", "--url", url, "--human").stdout
     assert str(lease["id"]) in human and "64MiB" in human
@@ -151,4 +164,6 @@ def test_same_host_clients_use_the_unix_sockets(daemon: tuple[str, str], tmp_pat
         with client.lease(2 * MiB) as lease, lease.map() as mapping:
             assert mapping.via == "fd"
             mapping.buffer[:4] = b"unix"
-        assert client.events(lease_id=lease.id)[0].actor == "api:unix"
+        # No token: the daemon knows the caller by its uid, and this test's user is an admin
+        # by the default peer_admins (root) or as the daemon's own user.
+        assert client.events(lease_id=lease.id)[0].actor == f"admin:uid{os.geteuid()}"

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,6 +55,10 @@ class LedgerAt:
     state_dir: Path
     database_url: str | None = None
 
+    def admin_token(self) -> str:
+        """The credential `poold serve` wrote on first start."""
+        return (self.state_dir / "admin.token").read_text().strip()
+
     def options(self) -> list[str]:
         opts = ["--state-dir", str(self.state_dir)]
         if self.database_url:
@@ -66,6 +71,10 @@ class Daemon:
     process: subprocess.Popen[bytes]
     url: str
     stderr_path: Path
+    token: str = ""
+
+    def client(self, **options: Any) -> PooldClient:
+        return PooldClient(self.url, token=self.token, **options)
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")[-4000:]
@@ -102,6 +111,7 @@ def start_daemon(ledger: LedgerAt, tmp_path: Path, name: str) -> Daemon:
             pytest.fail(f"daemon {name} exited with {process.returncode}:\n{daemon.stderr()}")
         try:
             if httpx.get(f"{daemon.url}/healthz", timeout=1.0).status_code == 200:
+                daemon.token = ledger.admin_token()
                 return daemon
         except httpx.HTTPError:
             pass
@@ -143,10 +153,10 @@ class Record:
             return self.held.pop(rng.randrange(len(self.held)))
 
 
-def churn(url: str, record: Record, seed: int, deadline: float) -> None:
+def churn(daemon: Daemon, record: Record, seed: int, deadline: float) -> None:
     """Grant and release until the daemon dies (a transport error), the deadline or the count."""
     rng = random.Random(seed)
-    with PooldClient(url, timeout_s=5.0) as client:
+    with daemon.client(timeout_s=5.0) as client:
         for _ in range(CHURN_MAX_OPS):
             if time.monotonic() > deadline:
                 return
@@ -199,7 +209,7 @@ def _release(client: PooldClient, record: Record, lease_id: str) -> None:
 def churn_then_kill(daemon: Daemon, record: Record, rng: random.Random) -> float:
     """Four churn threads; SIGKILL the daemon 0.3-1.5 s in. Returns the kill delay."""
     deadline = time.monotonic() + CHURN_LIMIT_S
-    threads = [threading.Thread(target=churn, args=(daemon.url, record, rng.randrange(2**32),
+    threads = [threading.Thread(target=churn, args=(daemon, record, rng.randrange(2**32),
                                                     deadline), daemon=True)
                for _ in range(THREADS)]
     for t in threads:
@@ -299,7 +309,7 @@ def test_sigkill_during_churn_loses_no_acknowledged_operation(
         daemon = start_daemon(ledger_at, tmp_path, f"round{round_no}")
         daemons.append(daemon)
         assert_fsck_clean(ledger_at, tmp_path, f"after restart {context}")
-        with PooldClient(daemon.url) as client:
+        with daemon.client() as client:
             assert_acknowledged_present(client, record)
             active = assert_no_overlap(client)
         print(f"round {round_no}: killed after {delay:.2f}s, "

@@ -101,7 +101,9 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
     fd_socket = str(tmp_path / "run" / "fd.sock")
     pattern = os.urandom(SIZE)
     try:
-        with PooldClient(serve.url, fd_socket=fd_socket, timeout_s=5) as client:
+        # The admin credential written at first start stays valid across restarts.
+        token = (tmp_path / "state" / "admin.token").read_text().strip()
+        with PooldClient(serve.url, fd_socket=fd_socket, timeout_s=5, token=token) as client:
             lease = client.lease(SIZE, ttl_s=TTL_S)
             with lease.map() as mapping:
                 assert mapping.via == "fd"

@@ -10,7 +10,9 @@ from typing import Any
 
 from poold.client import PooldClient
 
-URL = "http://127.0.0.1:7077"
+# The daemon's UNIX socket (its state dir in the guest): the guest runs as root, whom the daemon
+# knows by SO_PEERCRED as an admin, so no token is needed; a real peer-credential check.
+API_SOCKET = "/tmp/poold/api.sock"
 
 
 def wait(what: str, check: Any, timeout_s: float = 90) -> Any:
@@ -27,7 +29,7 @@ def wait(what: str, check: Any, timeout_s: float = 90) -> Any:
 
 
 def main(step: str, *args: str) -> None:
-    client = PooldClient(URL)
+    client = PooldClient(uds=API_SOCKET)
     if step == "health":
         wait("the daemon", lambda: client.raw("GET", "/healthz"))
     elif step == "lease":
