@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import pytest
 
-from poold.config import Settings
 from poold.daemon import Daemon
 from tests.daemon_fixtures import serving_daemon
 from tests.sysfs_trees import extract
@@ -32,7 +31,6 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # topology to show; its dax0.0 makes a second pool, "cxl". The emulated device takes most leases.
 SYSFS_TREE = "sysfs-b-cxl1-region-devdax"
 EMULATED = "emu0"
-TOKEN_AUTH = "auth" in Settings.model_fields
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -58,7 +56,7 @@ class Served:
               pool: str = "default") -> dict[str, Any]:
         body: dict[str, Any] = {"size": size, "ttl_s": ttl_s, "device": device, "pool": pool,
                                 "labels": labels or {}}
-        if tenant is not None and TOKEN_AUTH:  # TRANSITIONAL: leases name tenants with auth
+        if tenant is not None:
             body["tenant"] = tenant
         response = self.api("POST", "/v1/leases", json=body)
         assert response.status_code == 201, response.text
@@ -74,24 +72,12 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     state = tmp_path_factory.mktemp("ui-daemon")
     tree = extract(SYSFS_TREE, tmp_path_factory.mktemp("sysfs")) / "sys"
-    settings: dict[str, Any] = {"sysfs_root": tree, "watch_udev": False,
-                                "device_pools": {"dax*": "cxl"}}
-    if TOKEN_AUTH:
-        settings["auth"] = "token"
+    settings = {"sysfs_root": tree, "watch_udev": False, "auth": "token",
+                "device_pools": {"dax*": "cxl"}}
     with serving_daemon(state, **settings) as (daemon, url):
         credential = state / "admin.token"
-        if not TOKEN_AUTH:
-            yield Served(daemon, url, "")  # everyone is an admin; the UI logs in without a token
-            return
         assert credential.exists(), "the daemon wrote no admin credential"
         yield Served(daemon, url, credential.read_text().strip())
-
-
-def needs_token_auth() -> None:
-    """TRANSITIONAL: token auth (api.auth.TokenAuthenticator, Settings.auth) is landing; until it
-    has, the credential tests have nothing to test. Remove once it is in."""
-    if not TOKEN_AUTH:
-        pytest.skip("this tree has no token auth yet (Settings.auth)")
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from api.ui.router import STATIC
 from poold.ledger.capacity import split
 from poold.types import MiB
-from tests.browser.conftest import Served, needs_token_auth
+from tests.browser.conftest import Served
 
 ASSETS = ("index.html", "app.js", "app.css", "favicon.svg")
 
@@ -46,7 +46,6 @@ def test_the_page_and_assets_are_served_without_a_token(served: Served) -> None:
 
 
 def test_capacity_needs_a_token(served: Served) -> None:
-    needs_token_auth()
     assert httpx.get(f"{served.url}/v1/capacity").status_code == 401
 
 

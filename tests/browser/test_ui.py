@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from poold.types import MiB
-from tests.browser.conftest import Served, log_in, needs_token_auth, screenshot
+from tests.browser.conftest import Served, log_in, screenshot
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -31,7 +31,6 @@ def test_log_in_with_the_admin_credential(admin_page: Page, served: Served) -> N
 
 
 def test_wrong_credential_is_refused(page: Page, served: Served) -> None:
-    needs_token_auth()
     log_in(page, served, "pd_nosuchtoken_0123456789abcdef")
     message = page.wait_for_selector("#login-message:not([hidden])")
     assert message is not None
@@ -41,7 +40,6 @@ def test_wrong_credential_is_refused(page: Page, served: Served) -> None:
 
 
 def test_non_admin_credential_is_refused(page: Page, served: Served) -> None:
-    needs_token_auth()
     created = served.api("POST", "/v1/tokens",
                          json={"name": "ui-tenant", "role": "tenant", "tenant": "team-ui"})
     assert created.status_code == 201, created.text
@@ -53,7 +51,6 @@ def test_non_admin_credential_is_refused(page: Page, served: Served) -> None:
 
 
 def test_a_refused_token_returns_to_the_login_page(admin_page: Page, served: Served) -> None:
-    needs_token_auth()
     admin_page.evaluate("sessionStorage.setItem('poold.token', 'pd_revoked_0000')")
     message = admin_page.wait_for_selector("#login-message:not([hidden])", timeout=5000)
     assert message is not None
