@@ -1,0 +1,109 @@
+"""Run in a guest (python3 -m tests.kernel.device_steps OUT.json) against the poold serving there:
+the admin device operations on a dynamic (hmem) dax region, step by step, recording after each
+step what `daxctl list` says and what GET /v1/devices says, plus each answer. One Python process
+for every step: a start costs seconds under TCG. The test (test_device_ops.py) judges the record.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+URL = "http://127.0.0.1:7077"
+MiB = 1 << 20
+
+
+class Steps:
+    def __init__(self) -> None:
+        self.http = httpx.Client(base_url=URL, timeout=120)
+        self.record: list[dict[str, Any]] = []
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get("/healthz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise SystemExit("the daemon did not answer")
+
+    def state(self) -> dict[str, Any]:
+        daxctl = subprocess.run(["daxctl", "list", "-D"], capture_output=True, text=True)
+        nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
+        return {"daxctl": json.loads(daxctl.stdout or "[]"),
+                "devices": self.http.get("/v1/devices").json(),
+                "nodes": {n: _mem_total(n) for n in nodes}}
+
+    def step(self, name: str, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        before = self.state()
+        response = self.http.request(method, path, json=body)
+        entry = {"step": name, "status": response.status_code, "answer": response.json(),
+                 "before": before, "after": self.state()}
+        self.record.append(entry)
+        return entry
+
+
+def _mem_total(node: str) -> int | None:
+    for line in Path(f"/sys/devices/system/node/{node}/meminfo").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "MemTotal:":
+            return int(fields[3]) * 1024
+    return None
+
+
+def touch(lease: dict[str, Any], pattern: bytes) -> str:
+    """Map the lease's extent of the chardev, write `pattern` at both ends, read it back."""
+    fd = os.open(lease["chardev"], os.O_RDWR)
+    try:
+        with mmap.mmap(fd, lease["length"], mmap.MAP_SHARED, offset=lease["offset"]) as view:
+            view[: len(pattern)] = pattern
+            view[-len(pattern):] = pattern
+            return (bytes(view[: len(pattern)]) + bytes(view[-len(pattern):])).decode()
+    finally:
+        os.close(fd)
+
+
+def main(out: str) -> None:
+    s = Steps()
+    s.wait_ready()
+    lease_body = {"size": 8 * MiB, "ttl_s": 600, "device": "dax0.1"}
+    s.step("empty dax0.0", "POST", "/v1/devices/dax0.0/resize", {"size": 0})
+    for _ in range(3):
+        s.step("create", "POST", "/v1/devices", {"region": 0, "size": 256 * MiB})
+    lease = s.step("lease on dax0.1", "POST", "/v1/leases", lease_body)["answer"]
+    s.record[-1]["readback"] = touch(lease, b"poold-device-ops")
+    s.step("destroy dax0.2", "DELETE", "/v1/devices/dax0.2")
+    # Refusals: each must leave daxctl's view and the ledger's as they were.
+    s.step("destroy leased dax0.1", "DELETE", "/v1/devices/dax0.1")
+    s.step("create too large", "POST", "/v1/devices", {"region": 0, "size": 768 * MiB})
+    s.step("destroy first device", "DELETE", "/v1/devices/dax0.0")
+    s.step("resize misaligned", "POST", "/v1/devices/dax0.3/resize", {"size": 3 * MiB})
+    s.step("reconfigure leased dax0.1", "POST", "/v1/devices/dax0.1/reconfigure",
+           {"mode": "system-ram"})
+    # Drain: no new lease, the live one goes on to its release; then it can go.
+    s.step("drain dax0.1", "POST", "/v1/devices/dax0.1/drain")
+    s.step("lease on drained dax0.1", "POST", "/v1/leases", lease_body)
+    s.step("keepalive while drained", "POST", f"/v1/leases/{lease['id']}/keepalive")
+    s.step("release", "DELETE", f"/v1/leases/{lease['id']}")
+    s.step("destroy drained dax0.1", "DELETE", "/v1/devices/dax0.1")
+    # system-ram and back.
+    s.step("to system-ram", "POST", "/v1/devices/dax0.3/reconfigure", {"mode": "system-ram"})
+    s.step("back to devdax", "POST", "/v1/devices/dax0.3/reconfigure", {"mode": "devdax"})
+    again = s.step("lease after", "POST", "/v1/leases",
+                   {**lease_body, "device": "dax0.3"})["answer"]
+    s.record[-1]["readback"] = touch(again, b"back-from-kmem")
+    Path(out).write_text(json.dumps(s.record))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

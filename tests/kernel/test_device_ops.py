@@ -1,0 +1,107 @@
+"""Changing capacity at run time on a real Linux 6.1 kernel: in a dynamic (hmem) dax region, poold
+creates, leases from, destroys, drains and reconfigures dax devices through sysfs, and after every
+step `daxctl list` in the guest and GET /v1/devices agree; refusals are 4xx and change neither.
+
+One guest boot runs every step (tests/kernel/device_steps.py), because a boot and a daemon start
+cost about a minute under TCG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.kernel import qemu
+from tests.kernel.qemu import MiB
+
+GUEST_TIMEOUT_S = 600
+SCRIPT = """set -e
+ip link set lo up 2>/dev/null || busybox ip link set lo up
+export POOLD_RESCAN_INTERVAL_S=3600 POOLD_AUTH=off
+poold serve --state-dir /tmp/poold --listen 127.0.0.1:7077 --host-id guest \\
+    > "$OUT/daemon.log" 2>&1 &
+python3 -m tests.kernel.device_steps "$OUT/steps.json"
+poold fsck --state-dir /tmp/poold > "$OUT/fsck.json"
+"""
+
+
+def kernel_view(state: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """daxctl's enabled devices with memory: chardev -> (size, mode)."""
+    listed = state["daxctl"]
+    listed = [listed] if isinstance(listed, dict) else listed  # one device prints an object
+    return {d["chardev"]: (d["size"], d["mode"]) for d in listed
+            if d.get("state") != "disabled" and d["size"]}
+
+
+def ledger_view(state: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """poold's present devices: devname -> (size, kind)."""
+    return {d["devname"]: (d["size"], d["kind"]) for d in state["devices"]
+            if d["state"] != "missing"}
+
+
+def states(state: dict[str, Any]) -> dict[str, str]:
+    return {d["devname"]: d["state"] for d in state["devices"] if d["state"] != "missing"}
+
+
+def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
+                                                tmp_path: Path) -> None:
+    result = qemu.run_guest("hmem", SCRIPT, GUEST_TIMEOUT_S, tmp_path, kernel=guest_kernel)
+    log = result.out_dir / "daemon.log"
+    assert result.returncode == 0, (result.stderr[-3000:],
+                                    log.read_text()[-3000:] if log.exists() else "")
+    steps = json.loads((result.out_dir / "steps.json").read_text())
+    by_name: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        # After every step, the kernel and the ledger agree.
+        for when in ("before", "after"):
+            assert kernel_view(step[when]) == ledger_view(step[when]), (step["step"], when)
+        by_name.setdefault(step["step"], step)
+    status = {s["step"]: (s["status"], s["answer"].get("error")) for s in steps}
+
+    assert status["empty dax0.0"] == (200, None)
+    creates = [s for s in steps if s["step"] == "create"]
+    assert [(s["status"], s["answer"]["devname"]) for s in creates] == [
+        (201, "dax0.1"), (201, "dax0.2"), (201, "dax0.3")]
+    assert ledger_view(creates[-1]["after"]) == {
+        f"dax0.{i}": (256 * MiB, "devdax") for i in (1, 2, 3)}
+
+    leased = by_name["lease on dax0.1"]
+    assert leased["status"] == 201 and leased["answer"]["chardev"] == "/dev/dax0.1"
+    assert leased["readback"] == "poold-device-ops" * 2
+
+    destroyed = by_name["destroy dax0.2"]
+    assert destroyed["status"] == 200 and "dax0.2" not in kernel_view(destroyed["after"])
+
+    for name, expected in (("destroy leased dax0.1", (409, "DeviceBusy")),
+                           ("create too large", (409, "RegionFull")),
+                           ("destroy first device", (409, "DeviceBusy")),
+                           ("resize misaligned", (422, "InvalidRequest")),
+                           ("reconfigure leased dax0.1", (409, "DeviceBusy"))):
+        step = by_name[name]
+        assert status[name] == expected, (name, step["answer"])
+        assert step["before"]["daxctl"] == step["after"]["daxctl"], name
+        assert step["before"]["devices"] == step["after"]["devices"], name
+
+    assert states(by_name["drain dax0.1"]["after"])["dax0.1"] == "draining"
+    assert status["lease on drained dax0.1"] == (422, "LeaseTooLarge")
+    assert status["keepalive while drained"] == (200, None)
+    assert by_name["release"]["answer"]["state"] == "released"
+    gone = by_name["destroy drained dax0.1"]
+    assert gone["status"] == 200 and "dax0.1" not in kernel_view(gone["after"])
+
+    ram = by_name["to system-ram"]
+    assert ram["status"] == 200, ram["answer"]
+    assert kernel_view(ram["after"])["dax0.3"] == (256 * MiB, "system-ram")
+    assert ledger_view(ram["after"])["dax0.3"] == (256 * MiB, "system-ram")
+    new_nodes = set(ram["after"]["nodes"]) - set(ram["before"]["nodes"])
+    assert len(new_nodes) == 1 and ram["after"]["nodes"][new_nodes.pop()] == 256 * MiB
+    assert len(ram["answer"]["online_blocks"]) == 2 and ram["answer"]["kernel"]["movable"]
+
+    back = by_name["back to devdax"]
+    assert back["status"] == 200, back["answer"]
+    assert back["after"]["nodes"] == ram["before"]["nodes"]  # the node went away
+    assert ledger_view(back["after"])["dax0.3"] == (256 * MiB, "devdax")
+    again = by_name["lease after"]
+    assert again["status"] == 201 and again["readback"] == "back-from-kmem" * 2
+
+    assert json.loads((result.out_dir / "fsck.json").read_text())["clean"]
