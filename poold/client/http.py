@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from typing import Any
 
 import httpx
@@ -19,11 +20,11 @@ DEFAULT_URL = "http://127.0.0.1:7077"
 class PooldClient:
     """A connection to one poold.
 
-    `url` for TCP (https:// with TLS; `verify` is a CA bundle path or False), or `uds` for the
-    daemon's api.sock on this host, where the daemon may know the caller by its uid. `token` is a
-    bearer token (default: $POOLD_TOKEN). `fd_socket` (the daemon's
-    fd.sock) lets leases be mapped from a descriptor the daemon passes, with no permission on
-    the device; without it the SDK opens the chardev itself. `transport` is injectable.
+    `url` for TCP (https:// with TLS; `verify`: a CA file to trust, or False), or `uds` for the
+    daemon's api.sock on this host, where the daemon may know the caller by its uid. `token` is
+    a bearer token (default: $POOLD_TOKEN). `fd_socket` (the daemon's fd.sock) lets leases be
+    mapped from a descriptor the daemon passes, with no permission on the device; without it
+    the SDK opens the chardev itself. `transport` is injectable.
     """
 
     def __init__(self, url: str = DEFAULT_URL, *, uds: str | None = None,
@@ -36,8 +37,9 @@ class PooldClient:
         self.fd_socket = fd_socket
         token = token if token is not None else os.environ.get("POOLD_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        trust = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
         self._http = httpx.Client(base_url=url, transport=transport, timeout=timeout_s,
-                                  headers=headers, verify=verify)
+                                  headers=headers, verify=trust)
 
     def __enter__(self) -> PooldClient:
         return self
