@@ -73,7 +73,19 @@ def touch(lease: dict[str, Any], pattern: bytes) -> str:
         os.close(fd)
 
 
-def main(out: str) -> None:
+def static(out: str) -> None:
+    """A pmem-backed (static) dax region: devices cannot be created or resized there."""
+    s = Steps()
+    s.wait_ready()
+    s.step("create in static region", "POST", "/v1/devices", {"region": 0, "size": 64 * MiB})
+    s.step("resize in static region", "POST", "/v1/devices/dax0.0/resize", {"size": 64 * MiB})
+    s.step("destroy in static region", "DELETE", "/v1/devices/dax0.0")
+    Path(out).write_text(json.dumps(s.record))
+
+
+def main(out: str, scenario: str = "hmem") -> None:
+    if scenario == "static":
+        return static(out)
     s = Steps()
     s.wait_ready()
     lease_body = {"size": 8 * MiB, "ttl_s": 600, "device": "dax0.1"}

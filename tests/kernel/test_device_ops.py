@@ -15,12 +15,13 @@ from tests.kernel import qemu
 from tests.kernel.qemu import MiB
 
 GUEST_TIMEOUT_S = 600
-SCRIPT = """set -e
+DAEMON = """set -e
 ip link set lo up 2>/dev/null || busybox ip link set lo up
 export POOLD_RESCAN_INTERVAL_S=3600 POOLD_AUTH=off
 poold serve --state-dir /tmp/poold --listen 127.0.0.1:7077 --host-id guest \\
     > "$OUT/daemon.log" 2>&1 &
-python3 -m tests.kernel.device_steps "$OUT/steps.json"
+"""
+SCRIPT = DAEMON + """python3 -m tests.kernel.device_steps "$OUT/steps.json"
 poold fsck --state-dir /tmp/poold > "$OUT/fsck.json"
 """
 
@@ -43,13 +44,18 @@ def states(state: dict[str, Any]) -> dict[str, str]:
     return {d["devname"]: d["state"] for d in state["devices"] if d["state"] != "missing"}
 
 
-def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
-                                                tmp_path: Path) -> None:
-    result = qemu.run_guest("hmem", SCRIPT, GUEST_TIMEOUT_S, tmp_path, kernel=guest_kernel)
+def run(scenario: str, script: str, tmp_path: Path, kernel: qemu.Kernel
+        ) -> tuple[qemu.GuestResult, list[dict[str, Any]]]:
+    result = qemu.run_guest(scenario, script, GUEST_TIMEOUT_S, tmp_path, kernel=kernel)
     log = result.out_dir / "daemon.log"
     assert result.returncode == 0, (result.stderr[-3000:],
                                     log.read_text()[-3000:] if log.exists() else "")
-    steps = json.loads((result.out_dir / "steps.json").read_text())
+    return result, json.loads((result.out_dir / "steps.json").read_text())
+
+
+def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
+                                                tmp_path: Path) -> None:
+    result, steps = run("hmem", SCRIPT, tmp_path, guest_kernel)
     by_name: dict[str, dict[str, Any]] = {}
     for step in steps:
         # After every step, the kernel and the ledger agree.
@@ -105,3 +111,16 @@ def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
     assert again["status"] == 201 and again["readback"] == "back-from-kmem" * 2
 
     assert json.loads((result.out_dir / "fsck.json").read_text())["clean"]
+
+
+def test_static_region_refuses_and_changes_nothing(guest_kernel: qemu.Kernel,
+                                                  tmp_path: Path) -> None:
+    script = ("ndctl create-namespace -f -e namespace0.0 -m devdax\n" + DAEMON
+              + 'python3 -m tests.kernel.device_steps "$OUT/steps.json" static\n')
+    _result, steps = run("legacy-pmem", script, tmp_path, guest_kernel)
+    for step in steps:
+        assert step["status"] == 422 and step["answer"]["error"] == "InvalidRequest", step
+        assert "static" in step["answer"]["detail"]
+        assert step["before"]["daxctl"] == step["after"]["daxctl"]
+        assert step["before"]["devices"] == step["after"]["devices"]
+        assert kernel_view(step["after"]) == ledger_view(step["after"]) != {}
