@@ -1127,6 +1127,15 @@ def write_report(out: Path, results: Results, order: list[str], notes: dict[str,
         "or less do not. The non-temporal diagnostic row runs the raw-mapping loop in a child "
         "started with `GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x100000`: what "
         "1 MiB and larger blocks gain from non-temporal stores.",
+        "- Non-temporal copies are not in poold.kv: it copies with memoryview assignment "
+        "(glibc's memmove), which streams past the cache only above glibc's threshold, and "
+        "glibc reads that threshold from GLIBC_TUNABLES once, at process start; poold ships no "
+        "compiled code, so no in-process switch exists. An engine can start its own process "
+        "with `GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x100000` (every copy of "
+        "1 MiB or more in that process then streams), which is what the diagnostic row shows.",
+        "- The Redis put target (2.5x its C client's SET) needs more than the memcpy ceiling "
+        "whenever redis-benchmark's SET runs above 0.4 of it: then only non-temporal copies "
+        "(previous note) could meet it, not a cheaper call.",
         "- Ratios between poold and the published (not measured) peer figures compare two "
         "different runs and machines: indicative only.",
     ]
