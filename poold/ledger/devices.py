@@ -70,15 +70,16 @@ def undrain(tx: Tx, devname: str, actor: str) -> None:
 
 
 def hold(tx: Tx, devname: str, actor: str, operation: str) -> Held:
-    """Refuse (DeviceBusy) if the device has a live lease; else release this host's idle claims
+    """Refuse (DeviceBusy) if a lease holds bytes on the device (live, or still being scrubbed
+    after its end); else release this host's idle claims
     on it and drain it until `finish` or `give_back`."""
     leases.reap(tx)  # a lease past expires_at holds nothing any more
     device = repo.device_by_devname(tx.session, tx.host_id, devname)
     if device is None or device.state == DeviceState.MISSING:
         return Held(devname, None if device is None else device.id, None, operation)
-    live = repo.live_leases_on_device(tx.session, device.id)
+    live = repo.holding_leases_on_device(tx.session, device.id)
     if live:
-        ids = ", ".join(lease.id for lease in live[:5])
+        ids = ", ".join(f"{lease.id} {lease.state}" for lease in live[:5])
         raise DeviceBusy(f"{devname} holds {len(live)} live lease(s) ({ids}): cannot {operation}"
                          f" it; drain it and let them end, or revoke them")
     for claim_id, offset, length in repo.release_idle_claims(tx.session, device.id, tx.host_id,

@@ -354,11 +354,22 @@ def change_device_state(session: Session, device_id: int, before: DeviceState,
     return cast(CursorResult[Any], result).rowcount
 
 
+# A lease in any other state still holds its bytes (active, or being scrubbed after its end).
+_ENDED = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED, LeaseState.LOST)
+
+
+def holding_leases_on_device(session: Session, device_id: int) -> Sequence[Lease]:
+    """Leases whose bytes on the device are not free yet: live, or ended but not yet final."""
+    return session.scalars(
+        select(Lease).where(Lease.device_id == device_id, Lease.state.not_in(_ENDED))
+    ).all()
+
+
 def release_idle_claims(session: Session, device_id: int, host_id: str, now: datetime
                         ) -> list[tuple[int, int, int]]:
     """End this host's live claims on the device that hold no active lease; (id, offset,
     length) of each."""
-    busy = select(Lease.id).where(Lease.claim_id == Claim.id, Lease.state == LeaseState.ACTIVE)
+    busy = select(Lease.id).where(Lease.claim_id == Claim.id, Lease.state.not_in(_ENDED))
     rows = session.execute(
         update(Claim)
         .where(Claim.device_id == device_id, Claim.host_id == host_id,

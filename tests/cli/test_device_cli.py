@@ -13,6 +13,7 @@ import pytest
 from drivers.daxctl import DaxControl
 from poold.cli.main import main
 from poold.types import MiB
+from tests.daemon.test_device_ops import NO_SCRUB
 from tests.daemon_fixtures import serving_daemon
 from tests.drivers.fake_kernel import FakeKernel
 
@@ -21,7 +22,7 @@ from tests.drivers.fake_kernel import FakeKernel
 def url(tmp_path: Path) -> Iterator[str]:
     kernel = FakeKernel("sysfs-d-hmem-subdivided", tmp_path)
     with serving_daemon(tmp_path / "state", sysfs_root=kernel.root, emulate_size=None,
-                        watch_udev=False) as (daemon, base):
+                        watch_udev=False, **NO_SCRUB) as (daemon, base):
         daemon.app.state.device_admin.dax = DaxControl(kernel)
         daemon.app.state.auth = None  # no credential needed for this test
         yield base

@@ -37,6 +37,18 @@ class Steps:
             time.sleep(0.3)
         raise SystemExit("the daemon did not answer")
 
+    def wait_final(self, lease_id: str, timeout_s: float = 60) -> str:
+        """A released lease's bytes are free once it is final (pools that scrub on release zero
+        them first): its state then."""
+        deadline = time.monotonic() + timeout_s
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.http.get(f"/v1/leases/{lease_id}").json()["state"]
+            if state not in ("active", "scrubbing"):
+                break
+            time.sleep(0.3)
+        return state
+
     def state(self) -> dict[str, Any]:
         daxctl = subprocess.run(["daxctl", "list", "-D"], capture_output=True, text=True)
         nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
@@ -107,6 +119,7 @@ def main(out: str, scenario: str = "hmem") -> None:
     s.step("lease on drained dax0.1", "POST", "/v1/leases", lease_body)
     s.step("keepalive while drained", "POST", f"/v1/leases/{lease['id']}/keepalive")
     s.step("release", "DELETE", f"/v1/leases/{lease['id']}")
+    s.record[-1]["final"] = s.wait_final(lease["id"])
     s.step("destroy drained dax0.1", "DELETE", "/v1/devices/dax0.1")
     # system-ram and back.
     s.step("to system-ram", "POST", "/v1/devices/dax0.3/reconfigure", {"mode": "system-ram"})
