@@ -60,6 +60,10 @@ class Metrics:
         self.ledger_errors = Counter(
             "poold_ledger_errors", "LedgerUnavailable seen, by where: api, reaper, rescan, "
             "probe, metrics", ["source"], registry=r)
+        self.scrubbed = Counter(
+            "poold_scrubbed_bytes", "Bytes of ended leases zeroed before reuse", registry=r)
+        self.scrubs = Counter(
+            "poold_scrubs", "Ended leases whose bytes were zeroed and freed", registry=r)
         self.rescans = Counter(
             "poold_rescans", "Inventory rescans, by trigger and outcome", ["trigger", "outcome"],
             registry=r)
@@ -101,12 +105,14 @@ class CapacityCollector(Collector):
 
 def _pool_families(pools: list[PoolView]) -> Iterator[Metric]:
     size = GaugeMetricFamily("poold_pool_bytes", "Pool capacity by state: size, claimed, leased, "
-                             "free (unclaimed), available (unleased)", labels=["pool", "state"])
+                             "scrubbing (ended, being zeroed), free (unclaimed), available "
+                             "(neither leased nor scrubbing)", labels=["pool", "state"])
     live = GaugeMetricFamily("poold_pool_live_leases", "Active leases in the pool",
                              labels=["pool"])
     for p in pools:
         for state, value in (("size", p.size), ("claimed", p.claimed_bytes),
-                             ("leased", p.leased_bytes), ("free", p.free_bytes),
+                             ("leased", p.leased_bytes), ("scrubbing", p.scrubbing_bytes),
+                             ("free", p.free_bytes),
                              ("available", p.available_bytes)):
             size.add_metric([p.name, state], value)
         live.add_metric([p.name], p.live_leases)
@@ -116,14 +122,15 @@ def _pool_families(pools: list[PoolView]) -> Iterator[Metric]:
 
 def _device_families(devices: list[DeviceView]) -> Iterator[Metric]:
     size = GaugeMetricFamily("poold_device_bytes", "Device capacity by state: size, claimed, "
-                             "leased, free (unclaimed)",
+                             "leased, scrubbing, free (unclaimed)",
                              labels=["host", "pool", "device", "state"])
     online = GaugeMetricFamily("poold_device_online", "1 when the device is online (not "
                                "missing or draining)", labels=["host", "pool", "device"])
     for d in devices:
         key = [d.host or "", d.pool, d.devname]
         for state, value in (("size", d.size), ("claimed", d.claimed_bytes),
-                             ("leased", d.leased_bytes), ("free", d.free_bytes)):
+                             ("leased", d.leased_bytes), ("scrubbing", d.scrubbing_bytes),
+                             ("free", d.free_bytes)):
             size.add_metric([*key, state], value)
         online.add_metric(key, 1 if d.state == DeviceState.ONLINE else 0)
     yield size

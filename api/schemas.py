@@ -59,6 +59,7 @@ class Lease(BaseModel):
     state: LeaseState
     labels: dict[str, str]
     idempotency_key: str | None
+    scrubbed_bytes: int = Field(description="While scrubbing: bytes zeroed so far.")
 
 
 class GrantedLease(Lease):
@@ -82,6 +83,7 @@ class Device(BaseModel):
     state: str
     claimed_bytes: int
     leased_bytes: int
+    scrubbing_bytes: int = Field(description="Held by ended leases being zeroed.")
     free_bytes: int
     live_leases: int
 
@@ -93,6 +95,7 @@ class Pool(BaseModel):
     size: int
     claimed_bytes: int
     leased_bytes: int
+    scrubbing_bytes: int = Field(description="Held by ended leases being zeroed.")
     free_bytes: int
     available_bytes: int
     live_leases: int

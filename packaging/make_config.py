@@ -47,6 +47,7 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "peer_tenants": ("none", {"vllm": "team-a", "1001": "team-b"}),
     "tls_certfile": ("unset (plain HTTP; keep listen on loopback)", "/etc/poold/tls/cert.pem"),
     "tls_keyfile": ("unset", "/etc/poold/tls/key.pem"),
+    "unscrubbed_pools": ("none: every pool scrubs", ["scratch"]),
 }
 
 

@@ -129,6 +129,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds between reaper passes; an expired lease is finalised within one.",
     )
+    unscrubbed_pools: list[str] = Field(
+        default_factory=list,
+        description="Pools whose released extents are granted again without being zeroed first. "
+        "Every other pool scrubs on release: a lease's bytes are zeroed (the lease shows "
+        "`scrubbing` meanwhile) before anyone else can be granted them. Only for a pool that one "
+        "tenant uses alone, to save the zeroing.",
+    )
     sqlite_synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL)$",

@@ -47,17 +47,24 @@ class ClaimState(StrEnum):
 
 
 class LeaseState(StrEnum):
-    """`active` is the only live state; the rest are final.
+    """`active` is the only valid state. `scrubbing`: ended (released, expired or revoked) in a
+    pool that scrubs, its bytes being zeroed; it still holds its extent, and becomes the state it
+    ended as once they are. The rest are final.
 
     An active lease past its expires_at is reported as `expired` by every read even before the
     reaper has finalised it (DESIGN invariant 5).
     """
 
     ACTIVE = "active"
+    SCRUBBING = "scrubbing"
     RELEASED = "released"
     EXPIRED = "expired"
     REVOKED = "revoked"
     LOST = "lost"
+
+
+# States in which a lease holds its extent: nothing else may be granted over it.
+HOLDING_STATES = (LeaseState.ACTIVE.value, LeaseState.SCRUBBING.value)
 
 
 
@@ -99,6 +106,7 @@ class EventKind(StrEnum):
     LEASE_EXPIRED = "lease.expired"
     LEASE_REVOKED = "lease.revoked"
     LEASE_LOST = "lease.lost"
+    LEASE_SCRUBBED = "lease.scrubbed"
     CLAIM_CREATED = "claim.created"
     CLAIM_RELEASED = "claim.released"
     DEVICE_ADDED = "device.added"

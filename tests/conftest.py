@@ -89,11 +89,14 @@ def emulated_spec(size: int = 64 * MiB, name: str = "emu0", align: int = 2 * MiB
                       chardev=f"/nonexistent/{name}", size=size, align=align)
 
 
-def bootstrap(tx: Tx, specs: list[DeviceSpec], claim_slice: int = 0, max_ttl_s: int = 3600
-              ) -> None:
+def bootstrap(tx: Tx, specs: list[DeviceSpec], claim_slice: int = 0, max_ttl_s: int = 3600,
+              scrub: bool = False) -> None:
+    """Scrubbing off unless asked: the ledger tests of other concerns want a release to free
+    its bytes at once (tests/ledger/test_scrub.py covers scrubbing)."""
     registry.register_host(tx, tx.host_id)
     pool = registry.ensure_pool(tx, registry.PoolPolicy(
-        name="default", claim_slice=claim_slice, default_ttl_s=60, max_ttl_s=max_ttl_s))
+        name="default", claim_slice=claim_slice, default_ttl_s=60, max_ttl_s=max_ttl_s,
+        scrub_on_release=scrub))
     registry.reconcile_devices(tx, specs, pool)
 
 
@@ -107,13 +110,13 @@ def make_ledger(ledger_url: str, clock: ManualClock) -> Iterator[LedgerFactory]:
     opened: list[Ledger] = []
 
     def make(specs: list[DeviceSpec] | None = None, host_id: str = HOST,
-             claim_slice: int = 0, **kwargs: object) -> Ledger:
+             claim_slice: int = 0, scrub: bool = False, **kwargs: object) -> Ledger:
         ledger = Ledger(ledger_url, host_id=host_id, default_pool="default", clock=clock,
                         **kwargs)  # type: ignore[arg-type]
         ledger.start()
         opened.append(ledger)
         ledger.run(partial(bootstrap, specs=specs if specs is not None else [emulated_spec()],
-                           claim_slice=claim_slice))
+                           claim_slice=claim_slice, scrub=scrub))
         return ledger
 
     yield make

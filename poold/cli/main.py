@@ -18,11 +18,11 @@ from drivers.topology import scan
 from poold import db, errors
 from poold.cli import access, device
 from poold.cli.common import api_options, client, ledger_options, load
-from poold.cli.output import print_json, print_table
+from poold.cli.output import print_json, print_table, wait_for_scrub
 from poold.inventory.discovery import discover_json
 from poold.ledger.clock import DatabaseClock
 from poold.ledger.fsck import fsck
-from poold.types import parse_size
+from poold.types import LeaseState, parse_size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd = lease.add_parser(action, help=helptext)
         cmd.add_argument("id")
         api_options(cmd)
+        if action == "release":
+            cmd.add_argument("--no-wait", action="store_true",
+                             help="return at once while the lease's bytes are still being "
+                             "zeroed (default: wait, with a progress bar on stderr)")
         cmd.set_defaults(func=_lease_action, action=action)
 
     device.add_commands(sub, api_options, client)
@@ -133,6 +137,8 @@ def _acquire(args: argparse.Namespace) -> int:
 def _lease_action(args: argparse.Namespace) -> int:
     with client(args) as api:
         info = api.release(args.id) if args.action == "release" else api.keepalive(args.id)
+        if info.state == LeaseState.SCRUBBING and not args.no_wait:
+            info = wait_for_scrub(api, info)
         print_json(info.model_dump(mode="json"))
     return 0
 

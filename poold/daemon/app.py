@@ -41,6 +41,7 @@ from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.peercred import PeerCredProtocol
+from poold.daemon.scrub import Scrubber
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
@@ -85,6 +86,7 @@ class Daemon:
         self.hotplug = (HotplugWatcher(monitor, partial(self.rescan, trigger="udev"))
                         if monitor is not None else None)
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
+        self.scrubber = Scrubber(self.ledger, self.metrics)
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key)
         self.auth: TokenAuthenticator | None = None
         self.admin_credential: Path | None = None
@@ -166,7 +168,7 @@ class Daemon:
         s = self.settings
         pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
             name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
-            max_ttl_s=s.max_ttl_s,
+            max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
         )) for name in (s.default_pool, *s.device_pools.values())}
 
         def pool_for(spec: DeviceSpec) -> Pool:
@@ -193,7 +195,9 @@ class Daemon:
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         s = self.settings
-        tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick))]
+        tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick)),
+                 asyncio.create_task(every(s.reap_interval_s, "scrubber",
+                                           self.scrubber.run_once))]
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
                                                    partial(self.rescan, trigger="periodic"))))

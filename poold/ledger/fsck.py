@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from poold.ledger import repository as repo
 from poold.models import Claim, Device, Lease
-from poold.types import ClaimState, EventKind, LeaseState
+from poold.types import HOLDING_STATES, ClaimState, EventKind, LeaseState
 
 # Which event must exist for a lease in each state (invariant 7).
 _EVENT_FOR_STATE = {
@@ -46,14 +46,14 @@ def fsck(session: Session, now: datetime) -> FsckReport:
     devices = repo.devices_by_id(session)
     claims = [c for c in repo.all_claims(session) if c.state == ClaimState.ACTIVE]
     leases = repo.all_leases(session)
-    live = [x for x in leases if x.state == LeaseState.ACTIVE]
+    live = [x for x in leases if x.state in HOLDING_STATES]  # scrubbing ones hold bytes too
     report.devices, report.claims, report.leases = len(devices), len(claims), len(live)
     _check_extents(report, devices, "claim", claims)
     _check_extents(report, devices, "lease", live)
     _check_leases_inside_claims(report, live, {c.id: c for c in claims})
     _check_events(report, session, leases)
     for lease in live:
-        if lease.expires_at <= now:
+        if lease.state == LeaseState.ACTIVE and lease.expires_at <= now:
             report.warnings.append(f"lease {lease.id} expired at {lease.expires_at} "
                                    "and is not finalised yet (is the daemon running?)")
     return report

@@ -195,11 +195,7 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
               tenant_only: str | None = None) -> LeaseView:
     """`tenant_only`: the caller is that tenant, and any other tenant's lease is unknown to it."""
     lease = _lease(tx, lease_id, tenant_only)
-    pool = tx.catalog.pool_by_id(lease.pool_id)
-    if pool is None:  # added by another host since the snapshot
-        tx.refresh_catalog()
-        pool = tx.catalog.pool_by_id(lease.pool_id)
-    assert pool is not None
+    pool = _pool_record(tx, lease.pool_id)
     ttl = _ttl(pool, ttl_s if ttl_s is not None else lease.ttl_s)
     expires_at = tx.now + timedelta(seconds=ttl)
     if repo.renew_lease(tx.conn, lease_id, tx.now, expires_at, ttl) == 1:
@@ -243,32 +239,63 @@ def _end(tx: Tx, lease_id: str, state: LeaseState, kind: EventKind, actor: str) 
     # active and still valid.
     ended = repo.end_own_lease(tx.conn, lease_id, tx.host_id, state, tx.now)
     if ended is not None:
-        _ended(tx, ended, kind, actor)
-        return view(tx, ended)
+        return view(tx, _ended(tx, ended, kind, actor))
     lease = _lease(tx, lease_id)
     if lease.state == LeaseState.ACTIVE:
         if lease.host_id != tx.host_id:
             raise InvalidRequest(f"lease {lease.id} belongs to host {lease.host_id}; end it there")
         # Past expires_at already: it ends as expired, whatever the caller wanted.
-        if _expire(tx, lease):
-            lease = replace(lease, state=LeaseState.EXPIRED.value, ended_at=tx.now)
-        else:  # ended meanwhile by something else: as the ledger has it now
-            lease = _lease(tx, lease_id)
+        _expire(tx, lease)
+        lease = _lease(tx, lease_id)  # as the ledger has it now (ended by us or meanwhile)
     return view(tx, lease)
 
 
 def _expire(tx: Tx, lease: LeaseRecord) -> int:
     if not repo.expire_lease(tx.conn, lease.id, tx.now):
         return 0
-    _ended(tx, lease, EventKind.LEASE_EXPIRED, "reaper")
+    _ended(tx, replace(lease, state=LeaseState.EXPIRED.value, ended_at=tx.now),
+           EventKind.LEASE_EXPIRED, "reaper")
     return 1
 
 
-def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> None:
-    """A live lease just ended in the ledger: its bytes are free again, and it is audited."""
-    tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseRecord:
+    """A live lease just ended in the ledger (`lease` as it ended): audited, and its bytes are
+    free again, or, in a pool that scrubs, kept as `scrubbing` until the daemon zeroed them
+    (`finish_scrub`). Returns the lease as it is now."""
+    scrub = _pool_record(tx, lease.pool_id).scrub_on_release
     tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
-             offset=lease.offset, length=lease.length, generation=lease.generation)
+             offset=lease.offset, length=lease.length, generation=lease.generation, scrub=scrub)
+    if scrub and repo.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):
+        return replace(lease, state=LeaseState.SCRUBBING.value, ended_as=lease.state,
+                       scrubbed_bytes=0)
+    tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+    return lease
+
+
+def scrub_progress(tx: Tx, lease_id: str, done: int) -> None:
+    """Record how much of a scrubbing lease is zeroed (what `poold` shows as progress)."""
+    repo.scrub_progress(tx.conn, lease_id, done)
+
+
+def finish_scrub(tx: Tx, lease_id: str, actor: str = "scrubber") -> LeaseView | None:
+    """The lease's bytes are zero: it takes the state it ended as and its extent is free.
+    None if it was not scrubbing (finished already, or lost with its device)."""
+    lease = repo.finish_scrub(tx.conn, lease_id)
+    if lease is None:
+        return None
+    tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+    tx.event(EventKind.LEASE_SCRUBBED, actor, host_id=lease.host_id, device_id=lease.device_id,
+             lease_id=lease.id, offset=lease.offset, length=lease.length)
+    return view(tx, lease)
+
+
+def _pool_record(tx: Tx, pool_id: int) -> PoolRecord:
+    pool = tx.catalog.pool_by_id(pool_id)
+    if pool is None:  # added by another host since the snapshot
+        tx.refresh_catalog()
+        pool = tx.catalog.pool_by_id(pool_id)
+    assert pool is not None
+    return pool
 
 
 def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord:

@@ -19,6 +19,7 @@ from poold.ledger.views import (
     HostView,
     LeaseView,
     PoolView,
+    ScrubJob,
 )
 from poold.models import Claim, Device, Lease
 from poold.types import DeviceState, LeaseState
@@ -28,11 +29,14 @@ def devices(session: Session, now: datetime) -> list[DeviceView]:
     names = repo.pool_names(session)
     claimed = repo.live_usage(session, Claim, "device", None)
     leased = repo.live_usage(session, Lease, "device", now)
-    return [_device_view(d, names[d.pool_id], claimed, leased) for d in repo.list_devices(session)]
+    scrubbing = repo.live_usage(session, Lease, "device", None, LeaseState.SCRUBBING.value)
+    return [_device_view(d, names[d.pool_id], claimed, leased, scrubbing)
+            for d in repo.list_devices(session)]
 
 
 def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
-                 leased: dict[int, tuple[int, int]]) -> DeviceView:
+                 leased: dict[int, tuple[int, int]], scrubbing: dict[int, tuple[int, int]]
+                 ) -> DeviceView:
     claimed_bytes = claimed.get(device.id, (0, 0))[0]
     leased_bytes, live = leased.get(device.id, (0, 0))
     return DeviceView(
@@ -40,6 +44,7 @@ def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
         chardev=device.chardev, pool=pool, host=device.host_id, size=device.size,
         align=device.align, numa_node=device.numa_node, state=device.state,
         claimed_bytes=claimed_bytes, leased_bytes=leased_bytes,
+        scrubbing_bytes=scrubbing.get(device.id, (0, 0))[0],
         free_bytes=device.size - claimed_bytes, live_leases=live,
     )
 
@@ -56,9 +61,11 @@ def pools(session: Session, now: datetime) -> list[PoolView]:
         size = sum(d.size for d in present)
         claimed = sum(d.claimed_bytes for d in present)
         leased = sum(d.leased_bytes for d in present)
+        scrubbing = sum(d.scrubbing_bytes for d in present)
         views.append(PoolView(
             id=pool.id, name=pool.name, devices=len(members), size=size, claimed_bytes=claimed,
-            leased_bytes=leased, free_bytes=size - claimed, available_bytes=size - leased,
+            leased_bytes=leased, scrubbing_bytes=scrubbing, free_bytes=size - claimed,
+            available_bytes=size - leased - scrubbing,
             live_leases=sum(d.live_leases for d in members), claim_slice=pool.claim_slice,
             default_ttl_s=pool.default_ttl_s, max_ttl_s=pool.max_ttl_s,
             max_lease_size=pool.max_lease_size, scrub_on_release=pool.scrub_on_release,
@@ -137,3 +144,11 @@ def device_extents(session: Session, device_id: int, now: datetime
               for c in repo.live_claims(session, device_id=device_id)]
     return device, claims, _lease_views(session, repo.live_leases_on_device(session, device_id),
                                         now)
+
+
+def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJob]:
+    """This host's leases waiting to be zeroed, with where their bytes are."""
+    devices_ = repo.devices_by_id(session)
+    return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
+                    length=x.length, done=x.scrubbed_bytes)
+            for x in repo.scrubbing_leases(session, host_id)]

@@ -24,7 +24,7 @@ class PoolPolicy:
     default_ttl_s: int
     max_ttl_s: int
     max_lease_size: int | None = None
-    scrub_on_release: bool = False
+    scrub_on_release: bool = True  # the safe default: see Settings.unscrubbed_pools
 
 
 def register_host(tx: Tx, name: str) -> None:

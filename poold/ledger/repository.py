@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from poold.ledger.views import LEASE_COLUMNS, DeviceRecord, LeaseRecord, PoolRecord
 from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool, Tenant
-from poold.types import ClaimState, DeviceState, EventKind, Extent, LeaseState
+from poold.types import HOLDING_STATES, ClaimState, DeviceState, EventKind, Extent, LeaseState
 
 # --- hosts, pools, devices ------------------------------------------------------------------
 
@@ -86,7 +86,8 @@ def get_lease(session: Session, lease_id: str) -> Lease | None:
 
 
 def live_leases(session: Session, *, host_id: str | None = None) -> Sequence[Lease]:
-    query = select(Lease).where(Lease.state == LeaseState.ACTIVE)
+    """Leases that hold their extent: active, and scrubbing ones."""
+    query = select(Lease).where(Lease.state.in_(HOLDING_STATES))
     if host_id is not None:
         query = query.where(Lease.host_id == host_id)
     return session.scalars(query.order_by(Lease.device_id, Lease.offset)).all()
@@ -169,6 +170,23 @@ _END_OWN_LEASE = (
     .values(state=bindparam("new_state"), ended_at=bindparam("now"))
     .returning(*(_LEASES.c[name] for name in LEASE_COLUMNS))
 )
+_SCRUBBING = LeaseState.SCRUBBING.value
+_START_SCRUB = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == bindparam("ended_as"))
+    .values(state=_SCRUBBING, ended_as=bindparam("ended_as"), scrubbed_bytes=0)
+)
+_SCRUB_PROGRESS = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == _SCRUBBING)
+    .values(scrubbed_bytes=bindparam("done"))
+)
+_FINISH_SCRUB = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == _SCRUBBING)
+    .values(state=_LEASES.c.ended_as, scrubbed_bytes=_LEASES.c.length)
+    .returning(*(_LEASES.c[name] for name in LEASE_COLUMNS))
+)
 _NEXT_GENERATIONS = (
     update(_COUNTERS)
     .where(_COUNTERS.c.name == "generation")
@@ -238,6 +256,28 @@ def expire_lease(conn: Connection, lease_id: str, now: datetime) -> int:
     return conn.execute(_EXPIRE_LEASE, {"lease_id": lease_id, "now": now}).rowcount
 
 
+def start_scrub(conn: Connection, lease_id: str, ended_as: LeaseState) -> int:
+    """A lease just ended as `ended_as` keeps its extent, as `scrubbing`, until zeroed."""
+    return conn.execute(_START_SCRUB, {"lease_id": lease_id, "ended_as": ended_as.value}).rowcount
+
+
+def scrub_progress(conn: Connection, lease_id: str, done: int) -> int:
+    return conn.execute(_SCRUB_PROGRESS, {"lease_id": lease_id, "done": done}).rowcount
+
+
+def finish_scrub(conn: Connection, lease_id: str) -> LeaseRecord | None:
+    """The lease's bytes are zero: it takes the state it ended as; None if it was not
+    scrubbing."""
+    row = conn.execute(_FINISH_SCRUB, {"lease_id": lease_id}).one_or_none()
+    return None if row is None else LeaseRecord(*row)
+
+
+def scrubbing_leases(session: Session, host_id: str) -> Sequence[Lease]:
+    """This host's leases waiting to be zeroed, oldest first."""
+    query = select(Lease).where(Lease.host_id == host_id, Lease.state == LeaseState.SCRUBBING)
+    return session.scalars(query.order_by(Lease.ended_at, Lease.id)).all()
+
+
 def end_own_lease(conn: Connection, lease_id: str, host_id: str, state: LeaseState,
                   now: datetime) -> LeaseRecord | None:
     """Release or revoke in one statement: end the lease if it is `host_id`'s, active and still
@@ -263,11 +303,11 @@ def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
 
 
 def live_usage(session: Session, model: type[Claim] | type[Lease], by: str,
-               now: datetime | None) -> dict[Any, tuple[int, int]]:
-    """{device_id or host_id: (live bytes, live count)} of live claims or leases; a lease past
-    expires_at (by `now`) no longer counts."""
+               now: datetime | None, state: str = "active") -> dict[Any, tuple[int, int]]:
+    """{device_id or host_id: (bytes, count)} of claims or leases in `state` (live ones by
+    default); an active lease past expires_at (by `now`) no longer counts."""
     key = model.device_id if by == "device" else model.host_id
-    query = select(key, func.sum(model.length), func.count()).where(model.state == "active")
+    query = select(key, func.sum(model.length), func.count()).where(model.state == state)
     if model is Lease and now is not None:
         query = query.where(Lease.expires_at > now)
     rows = session.execute(query.group_by(key))
@@ -316,8 +356,9 @@ def mark_device(session: Session, device_id: int, state: DeviceState, now: datet
 
 
 def live_leases_on_device(session: Session, device_id: int) -> Sequence[Lease]:
+    """Leases that hold an extent of the device: active, and scrubbing ones."""
     return session.scalars(
-        select(Lease).where(Lease.device_id == device_id, Lease.state == LeaseState.ACTIVE)
+        select(Lease).where(Lease.device_id == device_id, Lease.state.in_(HOLDING_STATES))
     ).all()
 
 
@@ -326,7 +367,7 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
     the lease had already ended."""
     result = session.execute(
         update(Lease)
-        .where(Lease.id == lease_id, Lease.state == LeaseState.ACTIVE)
+        .where(Lease.id == lease_id, Lease.state.in_(HOLDING_STATES))
         .values(state=LeaseState.LOST, ended_at=now)
     )
     return cast(CursorResult[Any], result).rowcount

@@ -34,6 +34,7 @@ class LeaseView:
     state: LeaseState
     labels: dict[str, str] = field(default_factory=dict)
     idempotency_key: str | None = None
+    scrubbed_bytes: int = 0
 
     @classmethod
     def build(cls, lease: Lease | LeaseRecord, device: Device | DeviceRecord, pool_name: str,
@@ -58,6 +59,7 @@ class LeaseView:
             state=effective_state(lease, now),
             labels=dict(lease.labels),
             idempotency_key=lease.idempotency_key,
+            scrubbed_bytes=lease.scrubbed_bytes,
         )
 
 
@@ -119,6 +121,8 @@ class LeaseRecord:
     labels: dict[str, str]
     idempotency_key: str | None
     request_digest: str | None
+    ended_as: str | None = None
+    scrubbed_bytes: int = 0
 
     def values(self) -> dict[str, Any]:
         """Column name -> value, for an INSERT."""
@@ -143,6 +147,7 @@ class DeviceView:
     state: str
     claimed_bytes: int
     leased_bytes: int
+    scrubbing_bytes: int
     free_bytes: int
     live_leases: int
 
@@ -155,6 +160,7 @@ class PoolView:
     size: int
     claimed_bytes: int
     leased_bytes: int
+    scrubbing_bytes: int
     free_bytes: int
     available_bytes: int
     live_leases: int
@@ -211,3 +217,14 @@ class ClaimView:
     offset: int
     length: int
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubJob:
+    """A lease that ended in a scrubbing pool: where its bytes are, how many are zero already."""
+
+    lease_id: str
+    chardev: str
+    offset: int
+    length: int
+    done: int

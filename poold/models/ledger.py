@@ -96,6 +96,9 @@ class Lease(Base):
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # While scrubbing: the state it becomes once zeroed, and how many bytes are zeroed so far.
+    ended_as: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    scrubbed_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Event(Base):

@@ -135,7 +135,7 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
             # renewed under both daemons: at least twice after the restart
             assert len(renewals) >= 4, renewals
             lease.release()
-            assert client.get_lease(lease.id).state == "released"
+            assert client.get_lease(lease.id).state in ("scrubbing", "released")
         serve.stop()
         assert "daemon.stopped" in serve.stderr()
     finally:

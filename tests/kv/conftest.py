@@ -20,7 +20,11 @@ DEVICE_BYTES = 64 * MiB
 @pytest.fixture(scope="module")
 def daemon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path: Path = tmp_path_factory.mktemp("kv-daemon")
-    with serving_daemon(path, emulate_size=DEVICE_BYTES, emulate_dir=path) as (_daemon, url):
+    # Unscrubbed: the lease-loss tests read a lost lease's bytes afterwards, to prove the store
+    # never wrote them again; zeroing would erase that evidence (tests/daemon/test_scrub.py
+    # covers scrubbing).
+    with serving_daemon(path, emulate_size=DEVICE_BYTES, emulate_dir=path,
+                        unscrubbed_pools=["default"]) as (_daemon, url):
         yield url
 
 

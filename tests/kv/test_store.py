@@ -181,7 +181,7 @@ def test_emptied_leases_are_given_back_after_the_idle_time(client: PooldClient,
         store.maintain()
         stats = store.stats()
         assert (stats.leases, stats.leases_released, stats.discarded) == (1, 1, 4)
-        assert client.get_lease(second.lease_id).state == "released"
+        assert client.get_lease(second.lease_id).state in ("scrubbing", "released")
         assert all(store.contains_many(keys[:PER_LEASE]))
 
 

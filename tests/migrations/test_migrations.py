@@ -17,7 +17,8 @@ from sqlalchemy import Connection, create_engine, inspect, pool, text
 from poold import db
 from poold.models import Base
 
-LEDGER_TABLES = {"hosts", "pools", "devices", "claims", "leases", "events", "counters"}
+LEDGER_TABLES = {"hosts", "pools", "devices", "claims", "leases", "events", "counters", "tenants",
+                 "tokens"}
 
 
 @contextmanager
