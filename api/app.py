@@ -9,23 +9,27 @@ from starlette.types import Lifespan
 
 from api import errors
 from api.auth import Authenticator
+from api.limits import BodyLimitMiddleware
 from api.metrics import EdgeMetricsMiddleware, Metrics
 from api.routers import access, hosts, inventory, leases, ops, overview
 from api.routers.devices import router as device_router
 from api.schemas import Health
 from api.ui import router as ui
 from poold import __version__
+from poold.config import MAX_BODY_BYTES
 from poold.ledger.ledger import Ledger
 
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                sysfs_root: str = "/sys", lease_key: bytes | None = None,
                metrics: Metrics | None = None, probe_timeout_s: float = 5.0,
-               auth: Authenticator | None = None) -> FastAPI:
+               auth: Authenticator | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
     `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
     with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
-    /readyz; `auth` resolves who asks (None: auth off, everyone is an admin)."""
+    /readyz; `auth` resolves who asks (None: auth off, everyone is an admin); a request body
+    over `max_body_bytes` is refused (413) before it is read."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.")
     app.state.ledger = ledger
@@ -37,6 +41,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.state.auth = auth
     errors.install(app)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
     app.include_router(leases.router)
     app.include_router(inventory.router)
     app.include_router(hosts.router)

@@ -35,6 +35,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.Unauthenticated: 401,
     errors.Forbidden: 403,
     errors.QuotaExceeded: 429,
+    errors.PayloadTooLarge: 413,
     errors.NoCapacity: 507,
     errors.LedgerUnavailable: 503,
     errors.DriverError: 502,
@@ -43,7 +44,7 @@ STATUS: dict[type[errors.PooldError], int] = {
 # Documented in OpenAPI on the routes that can raise them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": "error body: {error, detail}"}
-    for status in sorted({*STATUS.values(), 500})
+    for status in sorted({*STATUS.values(), 400, 500})
 }
 
 
@@ -78,7 +79,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        # 400: a body that is not JSON at all (FastAPI's parser gives up before validation).
+        name = {400: "MalformedRequest", 404: "NotFound", 405: "MethodNotAllowed"}.get(
+            exc.status_code, "HTTPError")
         return JSONResponse(body(name, exc.detail), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 

@@ -24,6 +24,8 @@ from pydantic_settings import (
 from poold.types import DEFAULT_ALIGN, GiB, parse_size
 
 DEFAULT_CONFIG_FILE = Path("/etc/poold/poold.toml")
+# Every request poold understands is well under 4 KiB.
+MAX_BODY_BYTES = 65_536
 _config_file: ContextVar[Path | None] = ContextVar("poold_config_file", default=None)
 
 
@@ -178,7 +180,7 @@ class Settings(BaseSettings):
     )
     tls_keyfile: Path | None = Field(default=None, description="PEM private key for tls_certfile.")
     max_body_bytes: int = Field(
-        default=65_536,
+        default=MAX_BODY_BYTES,
         gt=0,
         description="Largest request body accepted; a larger one is refused (413) before it is "
         "read. Every request poold understands is well under 4 KiB.",

@@ -76,6 +76,10 @@ class Forbidden(PooldError):
     """The credential is valid but its role may not do this."""
 
 
+class PayloadTooLarge(PooldError):
+    """The request body is over the daemon's limit (api.limits answers it before reading)."""
+
+
 class QuotaExceeded(PooldError):
     """The grant would take a tenant past its byte or lease-count quota."""
 

@@ -19,7 +19,7 @@ from api.auth import AdminDep
 from api.device_admin import DeviceAdmin, DeviceOutcome, Mode
 from api.errors import ERROR_RESPONSES
 from api.schemas import Device
-from poold.errors import DriverError
+from poold.errors import Conflict
 from poold.types import MAX_BYTES
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=ERROR_RESPONSES)
@@ -67,7 +67,8 @@ class DeviceChange(BaseModel):
 def _admin(request: Request) -> DeviceAdmin:
     admin: DeviceAdmin | None = getattr(request.app.state, "device_admin", None)
     if admin is None:
-        raise DriverError("device operations need the daemon: this app has no device admin")
+        raise Conflict("device operations are off on this daemon: it does not manage dax "
+                       "devices (discover_dax = false)")
     return admin
 
 

@@ -99,7 +99,7 @@ class Daemon:
                                        sysfs_root=str(settings.sysfs_root),
                                        lease_key=self.lease_key, metrics=self.metrics,
                                        probe_timeout_s=settings.probe_timeout_s,
-                                       auth=self.auth)
+                                       auth=self.auth, max_body_bytes=settings.max_body_bytes)
         if settings.discover_dax:  # admin device operations (api.routers.devices)
             self.app.state.device_admin = DeviceOps(
                 self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
