@@ -25,10 +25,7 @@ from sqlalchemy.orm import Session
 
 from poold.ledger import repository as repo
 from poold.models import Claim, Lease
-from poold.types import DeviceState
-
-# Not a LeaseState member yet everywhere: compared as the string the ledger stores.
-SCRUBBING = "scrubbing"
+from poold.types import DeviceState, LeaseState
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +84,7 @@ def split(size: int, claimed: int, leased: int, scrubbing: int, draining: bool) 
 
 def _scrubbing_by_device(session: Session) -> dict[int, int]:
     query = (select(Lease.device_id, func.sum(Lease.length))
-             .where(Lease.state == SCRUBBING).group_by(Lease.device_id))
+             .where(Lease.state == LeaseState.SCRUBBING).group_by(Lease.device_id))
     return {device: int(total or 0) for device, total in session.execute(query)}
 
 
