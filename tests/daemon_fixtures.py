@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,3 +56,35 @@ def serving_daemon(state_dir: Path, **settings: Any) -> Iterator[tuple[Daemon, s
     finally:
         server.should_exit = True
         thread.join(20)
+
+
+@contextmanager
+def serve_process(workdir: Path, ready: Callable[[int], bool], **env: str) -> Iterator[int]:
+    """`poold serve` as a process on a free port, with a 64 MiB emulated device in `workdir`,
+    no dax discovery and `POOLD_<NAME>` settings from `env`; yields its port once `ready(port)`.
+    (The UNIX socket and TLS are served only by `poold serve` itself, not by serving_daemon.)"""
+    port = free_port()
+    environ = {**os.environ, "POOLD_EMULATE_DIR": str(workdir), "POOLD_WATCH_UDEV": "false",
+               "POOLD_DISCOVER_DAX": "false", **{f"POOLD_{k.upper()}": v for k, v in env.items()}}
+    log = workdir / "serve.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", str(workdir / "s"),
+         "--emulate", "64MiB", "--listen", f"127.0.0.1:{port}"],
+        env=environ, stderr=log.open("w"))
+    try:
+        deadline = time.monotonic() + 30
+        while not _probe(ready, port):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"poold serve did not come up: {log.read_text()}"
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _probe(ready: Callable[[int], bool], port: int) -> bool:
+    try:
+        return ready(port)
+    except httpx.HTTPError:
+        return False

@@ -11,11 +11,8 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +22,7 @@ import pytest
 from poold.client import PooldClient
 from poold.errors import Forbidden, QuotaExceeded, Unauthenticated, UnknownLease
 from poold.types import MiB
-from tests.daemon_fixtures import free_port, serving_daemon
+from tests.daemon_fixtures import serve_process, serving_daemon
 
 NOBODY = 65534
 
@@ -156,34 +153,19 @@ def served_process(tmp_path: Path) -> Iterator[Path]:
     directory, made where any uid can reach api.sock."""
     runtime = Path(tempfile.mkdtemp(prefix="poold-run-", dir="/tmp"))
     os.chmod(runtime, 0o755)
-    env = {**os.environ, "POOLD_AUTH": "token", "POOLD_RUNTIME_DIR": str(runtime),
-           "POOLD_PEER_TENANTS": json.dumps({str(NOBODY): "team-nobody"}),
-           "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_WATCH_UDEV": "false",
-           "POOLD_DISCOVER_DAX": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", str(tmp_path / "s"),
-         "--emulate", "64MiB", "--listen", f"127.0.0.1:{free_port()}"],
-        env=env, stderr=(tmp_path / "serve.log").open("w"))
     try:
-        deadline = time.monotonic() + 30
-        while not (runtime / "api.sock").exists() or not _answers(runtime / "api.sock"):
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "poold serve did not come up"
-            time.sleep(0.1)
-        yield runtime
+        with serve_process(tmp_path, lambda _port: _answers(runtime / "api.sock"), auth="token",
+                           runtime_dir=str(runtime),
+                           peer_tenants=json.dumps({str(NOBODY): "team-nobody"})):
+            yield runtime
     finally:
-        proc.terminate()
-        proc.wait(20)
         shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _answers(sock: Path) -> bool:
-    try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)),
-                          base_url="http://poold") as c:
-            return c.get("/healthz").status_code == 200
-    except httpx.HTTPError:
-        return False
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)),
+                      base_url="http://poold") as c:
+        return c.get("/healthz").status_code == 200
 
 
 def test_unix_socket_peers_are_known_by_uid(served_process: Path) -> None:

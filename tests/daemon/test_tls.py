@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +12,7 @@ import pytest
 from poold.client import PooldClient
 from poold.errors import TransportError
 from poold.types import MiB
-from tests.daemon_fixtures import free_port
+from tests.daemon_fixtures import serve_process
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
@@ -28,27 +25,13 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 def test_tls_listener_serves_https_only(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    port = free_port()
-    env = {**os.environ, "POOLD_TLS_CERTFILE": str(cert), "POOLD_TLS_KEYFILE": str(key),
-           "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_WATCH_UDEV": "false",
-           "POOLD_DISCOVER_DAX": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", str(tmp_path / "s"),
-         "--emulate", "64MiB", "--listen", f"127.0.0.1:{port}"],
-        env=env, stderr=(tmp_path / "serve.log").open("w"))
-    url = f"https://127.0.0.1:{port}"
     trust = ssl.create_default_context(cafile=str(cert))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", verify=trust).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "poold did not come up with TLS"
-            time.sleep(0.1)
+
+    def ready(port: int) -> bool:
+        return httpx.get(f"https://127.0.0.1:{port}/healthz", verify=trust).status_code == 200
+
+    with serve_process(tmp_path, ready, tls_certfile=str(cert), tls_keyfile=str(key)) as port:
+        url = f"https://127.0.0.1:{port}"
         token = (tmp_path / "s" / "admin.token").read_text().strip()
         with PooldClient(url, token=token, verify=str(cert)) as client:
             assert client.grant(2 * MiB, ttl_s=30).length == 2 * MiB
@@ -60,6 +43,3 @@ def test_tls_listener_serves_https_only(tmp_path: Path) -> None:
         with PooldClient(url, token=token) as unverified, \
                 pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
             unverified.pools()  # the system's CAs do not know this certificate
-    finally:
-        proc.terminate()
-        proc.wait(20)
