@@ -38,6 +38,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.PayloadTooLarge: 413,
     errors.NoCapacity: 507,
     errors.LedgerUnavailable: 503,
+    errors.HostFenced: 503,
     errors.DriverError: 502,
 }
 

@@ -21,6 +21,10 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+_PG_CONNECT_ARGS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 4,
+                    "keepalives_interval": 2, "keepalives_count": 3}
+
+
 def make_engine(url: str, *, writer: bool, synchronous: str = "FULL") -> Engine:
     """An engine for the ledger.
 
@@ -28,7 +32,10 @@ def make_engine(url: str, *, writer: bool, synchronous: str = "FULL") -> Engine:
     fails half-way on lock upgrade; readers begin deferred and read a WAL snapshot.
     """
     if not is_sqlite(url):
-        return create_engine(url, pool_pre_ping=True, pool_size=5 if writer else 10)
+        # Fail fast when the server is unreachable (a partition, a restart) instead of hanging
+        # a request or the writer: 5 s to connect, and TCP keepalive finds a dead peer in ~10 s.
+        return create_engine(url, pool_pre_ping=True, pool_size=5 if writer else 10,
+                             connect_args=_PG_CONNECT_ARGS)
     path = make_url(url).database
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)

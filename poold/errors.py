@@ -96,6 +96,11 @@ class LedgerUnavailable(PooldError):
     """The ledger database cannot be reached or refused the write."""
 
 
+class HostFenced(LedgerUnavailable):
+    """This host has not reached the ledger for host_ttl: it grants nothing, and its leases are
+    lost (other hosts may be granted their bytes after host_ttl + grace)."""
+
+
 class DeviceBusy(Conflict):
     """The device holds live leases, or its memory is in use (system-ram), or the kernel
     answered EBUSY: drain it and let the leases end, or revoke them, then retry."""

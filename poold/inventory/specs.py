@@ -20,6 +20,8 @@ class DeviceSpec:
     size: int
     align: int
     numa_node: int | None = None
+    # Reachable from several hosts: one ledger device, owned by no host, shared through claims.
+    shared: bool = False
 
 
 def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:

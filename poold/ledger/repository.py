@@ -21,7 +21,15 @@ from sqlalchemy.orm import Session
 
 from poold.ledger.views import LEASE_COLUMNS, DeviceRecord, LeaseRecord, PoolRecord
 from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool, Tenant
-from poold.types import HOLDING_STATES, ClaimState, DeviceState, EventKind, Extent, LeaseState
+from poold.types import (
+    HOLDING_STATES,
+    ClaimState,
+    DeviceState,
+    EventKind,
+    Extent,
+    HostState,
+    LeaseState,
+)
 
 # --- hosts, pools, devices ------------------------------------------------------------------
 
@@ -131,7 +139,10 @@ _ACTIVE = LeaseState.ACTIVE.value
 _SELECT_POOLS = select(*(_POOLS.c[f.name] for f in fields(PoolRecord))).order_by(_POOLS.c.id)
 _SELECT_DEVICES = select(*(_DEVICES.c[f.name] for f in fields(DeviceRecord)))
 _ALL_DEVICES = _SELECT_DEVICES.order_by(_DEVICES.c.id)
-_LOCK_DEVICE = _SELECT_DEVICES.where(_DEVICES.c.id == bindparam("device_id")).with_for_update()
+# FOR NO KEY UPDATE: claimers queue on the device row, while grants (whose lease and claim rows
+# reference it, so take FOR KEY SHARE on it) never wait for a claimer.
+_LOCK_DEVICE = (_SELECT_DEVICES.where(_DEVICES.c.id == bindparam("device_id"))
+                .with_for_update(key_share=True))
 _CLAIM_EXTENTS = (
     select(_CLAIMS.c.offset, _CLAIMS.c.length)
     .where(_CLAIMS.c.device_id == bindparam("device_id"),
@@ -287,8 +298,20 @@ def end_own_lease(conn: Connection, lease_id: str, host_id: str, state: LeaseSta
     return None if row is None else LeaseRecord(*row)
 
 
+_NEXTVAL = select(func.nextval("lease_generation"))
+
+
 def next_generations(conn: Connection, count: int) -> int:
-    """Reserve `count` fencing tokens; returns the last one. Tokens only ever grow."""
+    """Reserve `count` fencing tokens; returns the last one. Tokens only ever grow.
+
+    PostgreSQL: from the `lease_generation` sequence (migration 0004), which takes no row lock,
+    so hosts sharing the ledger neither queue nor deadlock on it; SQLite: the counters row.
+    """
+    if conn.dialect.name == "postgresql":
+        last = 0
+        for _ in range(count):
+            last = int(conn.execute(_NEXTVAL).scalar_one())
+        return last
     return int(conn.execute(_NEXT_GENERATIONS, {"count": count}).scalar_one())
 
 
@@ -444,3 +467,181 @@ def tenant_usage(conn: Connection, name: str, now: datetime) -> tuple[int, int]:
     """(bytes, count) of the tenant's valid leases."""
     row = conn.execute(_TENANT_USAGE, {"name": name, "now": now}).one()
     return int(row[0]), int(row[1])
+
+
+# --- sharing devices between hosts (poold.ledger.sharing) --------------------------------------
+# Locks: a host's writer takes FOR SHARE on each own claim it places a lease in; another host
+# that trims or releases that claim takes FOR UPDATE (SKIP LOCKED: a claim in use by its owner's
+# open transaction is skipped, not waited for, so two writers never deadlock over claims), then
+# reads the claim's leases in a new statement, which sees everything its owner committed.
+
+_HOSTS = cast(Table, Host.__table__)
+_HOLDING = list(HOLDING_STATES)
+_OWN_CLAIM = (
+    select(_CLAIMS.c.id)
+    .where(_CLAIMS.c.id == bindparam("claim_id"), _CLAIMS.c.host_id == bindparam("host_id"),
+           _CLAIMS.c.state == ClaimState.ACTIVE.value)
+    .with_for_update(read=True)
+)
+_LOCK_CLAIMS_ON_DEVICE = (
+    select(_CLAIMS.c.id, _CLAIMS.c.host_id, _CLAIMS.c.offset, _CLAIMS.c.length)
+    .where(_CLAIMS.c.device_id == bindparam("device_id"),
+           _CLAIMS.c.state == ClaimState.ACTIVE.value)
+    .order_by(_CLAIMS.c.offset)
+    .with_for_update(skip_locked=True)
+)
+_HOLDING_IN_RANGE = (
+    select(_LEASES.c.id, _LEASES.c.claim_id, _LEASES.c.offset, _LEASES.c.length)
+    .where(_LEASES.c.device_id == bindparam("device_id"), _LEASES.c.state.in_(_HOLDING),
+           _LEASES.c.offset < bindparam("end"),
+           _LEASES.c.offset + _LEASES.c.length > bindparam("start"))
+    .order_by(_LEASES.c.offset)
+)
+_LOCK_HOLDING_IN_RANGE = _HOLDING_IN_RANGE.with_for_update(skip_locked=True)
+_END_CLAIM = (
+    update(_CLAIMS)
+    .where(_CLAIMS.c.id == bindparam("claim_id"), _CLAIMS.c.state == ClaimState.ACTIVE.value)
+    .values(state=ClaimState.RELEASED.value, ended_at=bindparam("now"))
+)
+_REPOINT_LEASE = (
+    update(_LEASES).where(_LEASES.c.id == bindparam("lease_id"))
+    .values(claim_id=bindparam("new_claim_id"))
+)
+_EXPIRED_ON_DEVICE = (
+    _SELECT_LEASE
+    .where(_LEASES.c.device_id == bindparam("device_id"), _LEASES.c.state == _ACTIVE,
+           _LEASES.c.expires_at <= bindparam("now"))
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)  # one its owner is changing now is left to the owner
+)
+_LOSABLE_HOSTS = (
+    select(_HOSTS.c.id)
+    .where(_HOSTS.c.state == HostState.UP.value, _HOSTS.c.last_seen_at < bindparam("cutoff"),
+           _HOSTS.c.id != bindparam("me"))
+    .with_for_update(skip_locked=True)
+)
+_MARK_HOST_LOST = (
+    update(_HOSTS)
+    .where(_HOSTS.c.id == bindparam("host_id"), _HOSTS.c.state == HostState.UP.value,
+           _HOSTS.c.last_seen_at < bindparam("cutoff"))
+    .values(state=HostState.LOST.value)
+)
+_ADOPT_CLAIMS = (
+    update(_CLAIMS)
+    .where(_CLAIMS.c.host_id == bindparam("from_host"),
+           _CLAIMS.c.state == ClaimState.ACTIVE.value)
+    .values(host_id=bindparam("to_host"))
+    .returning(_CLAIMS.c.id, _CLAIMS.c.device_id, _CLAIMS.c.offset, _CLAIMS.c.length)
+)
+# Idempotency keys are per host: an adopted lease gives its key up rather than collide.
+_ADOPT_LEASES = (
+    update(_LEASES)
+    .where(_LEASES.c.host_id == bindparam("from_host"), _LEASES.c.state.in_(_HOLDING))
+    .values(host_id=bindparam("to_host"), idempotency_key=None)
+    .returning(*(_LEASES.c[name] for name in LEASE_COLUMNS))
+)
+_LOSE_ACTIVE_LEASE = (
+    update(_LEASES)
+    .where(_LEASES.c.id == bindparam("lease_id"), _LEASES.c.state == _ACTIVE)
+    .values(state=LeaseState.LOST.value, ended_at=bindparam("now"))
+)
+_OWN_ACTIVE_LEASES = _SELECT_LEASE.where(_LEASES.c.host_id == bindparam("host_id"),
+                                         _LEASES.c.state == _ACTIVE)
+_RELEASE_IF_IDLE = (
+    update(_CLAIMS)
+    .where(_CLAIMS.c.id == bindparam("claim_id"), _CLAIMS.c.host_id == bindparam("owner"),
+           _CLAIMS.c.state == ClaimState.ACTIVE.value,
+           ~select(_LEASES.c.id).where(_LEASES.c.claim_id == _CLAIMS.c.id,
+                                       _LEASES.c.state.in_(_HOLDING)).exists())
+    .values(state=ClaimState.RELEASED.value, ended_at=bindparam("now"))
+)
+_OWN_FINGERPRINT_CLAIMS = select(_CLAIMS.c.id).where(
+    _CLAIMS.c.host_id == bindparam("host_id"), _CLAIMS.c.state == ClaimState.ACTIVE.value)
+_OWN_FINGERPRINT_LEASES = select(func.coalesce(func.sum(_LEASES.c.length), 0)).where(
+    _LEASES.c.host_id == bindparam("host_id"), _LEASES.c.state.in_(_HOLDING))
+
+
+def own_claim_is_live(conn: Connection, claim_id: int, host_id: str) -> bool:
+    """The claim is live and `host_id`'s; locked FOR SHARE to the end of the transaction, so no
+    other host can trim or take it before a lease placed in it commits."""
+    return conn.execute(_OWN_CLAIM, {"claim_id": claim_id, "host_id": host_id}).first() is not None
+
+
+def lock_claims_on_device(conn: Connection, device_id: int) -> list[tuple[int, str, Extent]]:
+    """Live claims of every host on the device, locked FOR UPDATE; claims another transaction
+    holds are skipped."""
+    rows = conn.execute(_LOCK_CLAIMS_ON_DEVICE, {"device_id": device_id})
+    return [(int(i), str(h), Extent(int(o), int(n))) for i, h, o, n in rows]
+
+
+def holding_in_range(conn: Connection, device_id: int, extent: Extent
+                     ) -> list[tuple[str, int, Extent]] | None:
+    """(id, claim_id, extent) of the leases holding bytes that overlap `extent` on the device,
+    whichever claim they name (a misfiled lease still holds its bytes), locked FOR UPDATE; None
+    when another transaction is changing one of them (then leave the range alone)."""
+    params = {"device_id": device_id, "start": extent.offset, "end": extent.end}
+    everything = conn.execute(_HOLDING_IN_RANGE, params).all()
+    locked = conn.execute(_LOCK_HOLDING_IN_RANGE, params).all()
+    if len(locked) != len(everything):
+        return None
+    return [(str(i), int(c), Extent(int(o), int(n))) for i, c, o, n in locked]
+
+
+def end_claim(conn: Connection, claim_id: int, now: datetime) -> int:
+    return conn.execute(_END_CLAIM, {"claim_id": claim_id, "now": now}).rowcount
+
+
+def repoint_leases(conn: Connection, lease_ids: list[str], claim_id: int) -> None:
+    if lease_ids:
+        conn.execute(_REPOINT_LEASE, [{"lease_id": i, "new_claim_id": claim_id}
+                                      for i in lease_ids])
+
+
+def expired_on_device(conn: Connection, device_id: int, now: datetime, limit: int
+                      ) -> list[LeaseRecord]:
+    """Any host's active leases on the device past expires_at by the ledger clock."""
+    rows = conn.execute(_EXPIRED_ON_DEVICE, {"device_id": device_id, "now": now, "limit": limit})
+    return [LeaseRecord(*row) for row in rows]
+
+
+def mark_lost_hosts(conn: Connection, cutoff: datetime, me: str) -> list[str]:
+    """Hosts other than `me` last seen before `cutoff` (ledger clock) become lost; their ids.
+    A host whose row another transaction holds (it is heartbeating now) is skipped."""
+    found = [str(h) for h, in conn.execute(_LOSABLE_HOSTS, {"cutoff": cutoff, "me": me})]
+    return [h for h in found
+            if conn.execute(_MARK_HOST_LOST, {"host_id": h, "cutoff": cutoff}).rowcount]
+
+
+def adopt_claims(conn: Connection, from_host: str, to_host: str
+                 ) -> list[tuple[int, int, Extent]]:
+    rows = conn.execute(_ADOPT_CLAIMS, {"from_host": from_host, "to_host": to_host})
+    return [(int(i), int(d), Extent(int(o), int(n))) for i, d, o, n in rows]
+
+
+def adopt_leases(conn: Connection, from_host: str, to_host: str) -> list[LeaseRecord]:
+    rows = conn.execute(_ADOPT_LEASES, {"from_host": from_host, "to_host": to_host})
+    return [LeaseRecord(*row) for row in rows]
+
+
+def lose_active_lease(conn: Connection, lease_id: str, now: datetime) -> int:
+    return conn.execute(_LOSE_ACTIVE_LEASE, {"lease_id": lease_id, "now": now}).rowcount
+
+
+def own_active_leases(conn: Connection, host_id: str) -> list[LeaseRecord]:
+    return [LeaseRecord(*row) for row in conn.execute(_OWN_ACTIVE_LEASES, {"host_id": host_id})]
+
+
+def release_claim_if_idle(conn: Connection, claim_id: int, host_id: str, now: datetime) -> int:
+    """End `host_id`'s live claim if no lease holds bytes in it (only its owner places leases
+    there, so the NOT EXISTS cannot race with a grant)."""
+    return conn.execute(_RELEASE_IF_IDLE, {"claim_id": claim_id, "owner": host_id,
+                                           "now": now}).rowcount
+
+
+def own_fingerprint(conn: Connection, host_id: str) -> tuple[frozenset[int], int]:
+    """(ids of the host's live claims, bytes its holding leases hold): what its in-memory space
+    must agree with, unless another host changed them."""
+    claims = frozenset(int(i) for i, in conn.execute(_OWN_FINGERPRINT_CLAIMS,
+                                                     {"host_id": host_id}))
+    held = int(conn.execute(_OWN_FINGERPRINT_LEASES, {"host_id": host_id}).scalar_one())
+    return claims, held

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from poold.ledger.views import DeviceRecord, PoolRecord
 from poold.models import Claim, Lease
@@ -31,11 +32,26 @@ class ClaimSpace:
     device_id: int
     extent: Extent
     leases: ExtentAllocator
+    idle_since: datetime | None = None  # first seen holding no lease; None: in use
 
 
 class HostSpace:
     def __init__(self) -> None:
         self._claims: dict[int, ClaimSpace] = {}
+
+    def reload(self, other: HostSpace) -> None:
+        """Take the claims of a space rebuilt from the ledger (another host trimmed or adopted
+        this host's claims, or ended its leases), keeping when each claim went idle."""
+        for claim_id, claim in other._claims.items():
+            old = self._claims.get(claim_id)
+            if old is not None and old.extent == claim.extent:
+                claim.idle_since = old.idle_since
+        self._claims = other._claims
+
+    def fingerprint(self) -> tuple[frozenset[int], int]:
+        """(claim ids, leased bytes), to compare with repository.own_fingerprint."""
+        return (frozenset(self._claims),
+                sum(c.leases.used_bytes for c in self._claims.values()))
 
     @classmethod
     def rebuild(cls, claims: Iterable[Claim], leases: Iterable[Lease],
@@ -85,10 +101,35 @@ class HostSpace:
             return None
         extent = best[1].leases.allocate(length)
         assert extent is not None
+        best[1].idle_since = None
         return best[1].claim_id, extent
 
     def free(self, claim_id: int, extent: Extent) -> None:
-        self._claims[claim_id].leases.free(extent)
+        """A lease's bytes are free again. A claim this space does not know any more was
+        trimmed or adopted by another host: nothing to do here (the next tick reloads)."""
+        claim = self._claims.get(claim_id)
+        if claim is not None:
+            claim.leases.free(extent)
+
+    def reserve(self, claim_id: int, extent: Extent) -> None:
+        """A lease this host now holds in one of its claims (adopted from a lost host)."""
+        claim = self._claims.get(claim_id)
+        if claim is not None:
+            claim.leases.reserve(extent)
+            claim.idle_since = None
+
+    def idle_claims(self, now: datetime, idle_s: float) -> list[ClaimSpace]:
+        """Claims that held no lease for `idle_s` seconds, judged at this call and earlier
+        ones: a claim is seen idle from the first call that finds it empty."""
+        idle = []
+        for claim in self._claims.values():
+            if claim.leases.used_bytes:
+                claim.idle_since = None
+            elif claim.idle_since is None:
+                claim.idle_since = now
+            if claim.idle_since is not None and (now - claim.idle_since).total_seconds() >= idle_s:
+                idle.append(claim)
+        return idle
 
     def drop_claim(self, claim_id: int) -> None:
         """A claim released in the ledger (it held no lease) leaves this host's space."""
