@@ -62,12 +62,15 @@ def wait_http(port: int, path: str, proc: subprocess.Popen[bytes], timeout: floa
 # --- the two protocols -----------------------------------------------------------------------
 
 def poold_pair(conn: http.client.HTTPConnection) -> None:
+    # The admin credential of the daemon under test (poold_server puts it in the environment,
+    # which the forked client processes inherit): auth is part of what a request costs.
+    auth = {"authorization": f"Bearer {os.environ['POOLD_TOKEN']}"}
     conn.request("POST", "/v1/leases", body=b'{"size": 2097152, "ttl_s": 60}',
-                 headers={"content-type": "application/json"})
+                 headers={"content-type": "application/json", **auth})
     response = conn.getresponse()
     body = response.read()
     assert response.status == 201, body
-    conn.request("DELETE", f"/v1/leases/{json.loads(body)['id']}")
+    conn.request("DELETE", f"/v1/leases/{json.loads(body)['id']}", headers=auth)
     response = conn.getresponse()
     assert response.status == 200, response.read()
     response.read()
@@ -149,6 +152,7 @@ def poold_server(database_url: str | None) -> Iterator[tuple[int, int]]:
         proc = subprocess.Popen(args, env=env, cwd=ROOT)
         try:
             wait_http(port, "/healthz", proc)
+            os.environ["POOLD_TOKEN"] = (Path(state) / "admin.token").read_text().strip()
             yield port, proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)

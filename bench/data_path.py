@@ -119,6 +119,8 @@ def poold_daemon(emulate: int) -> Iterator[str]:
                     if time.monotonic() > deadline:
                         raise RuntimeError("poold did not come up") from None
                     time.sleep(0.2)
+            # The SDK takes its bearer token from $POOLD_TOKEN: the daemon's admin credential.
+            os.environ["POOLD_TOKEN"] = (Path(state) / "admin.token").read_text().strip()
             yield url
         finally:
             proc.send_signal(signal.SIGTERM)
