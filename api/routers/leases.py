@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 
 from api.auth import PrincipalDep, admin_of, principal_of
 from api.deps import LedgerDep, actor_of, ledger_of
+from api.device_admin import LeasePlacer
 from api.errors import ERROR_RESPONSES
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
 from poold.errors import Forbidden
@@ -63,8 +64,13 @@ async def grant_lease(body: LeaseRequest, request: Request) -> Response:
             raise Forbidden(f"{principal.actor} may lease only for tenant {principal.tenant!r}")
         fields_["tenant"] = principal.tenant
     grant = leases.GrantRequest(actor=principal.actor, **fields_)
-    view: LeaseView = await asyncio.wrap_future(
-        ledger_of(request).submit(partial(leases.grant, request=grant)))
+    placer: LeasePlacer | None = getattr(request.app.state, "lease_placer", None)
+    view: LeaseView
+    if placer is not None and placer.isolates(grant.pool):  # a device of its own: sysfs writes
+        view = await asyncio.to_thread(placer.grant, grant)
+    else:
+        view = await asyncio.wrap_future(
+            ledger_of(request).submit(partial(leases.grant, request=grant)))
     token = lease_token(request.app.state.lease_key, view.id)
     # The view's JSON object with the token appended (hex: nothing to escape).
     body_json = _ONE.dump_json(view)[:-1] + b',"token":"' + token.encode() + b'"}'

@@ -26,6 +26,10 @@ class PassedFd:
     align: int
     chardev: str
     peer: dict[str, int]
+    # Where the lease's bytes start in the fd: its offset in a chardev, 0 in the memfd of a
+    # lease on system-ram (NUMA node memory); `kind` is the device's.
+    map_offset: int = 0
+    kind: str = "devdax"
 
 
 def receive_fd(socket_path: str, lease_id: str, token: str) -> PassedFd:
@@ -52,4 +56,6 @@ def receive_fd(socket_path: str, lease_id: str, token: str) -> PassedFd:
                               {"error": "TransportError", "detail": "no descriptor sent"})
     return PassedFd(fd=fds[0], offset=int(answer["offset"]), length=int(answer["length"]),
                     align=int(answer["align"]), chardev=str(answer["chardev"]),
-                    peer=dict(answer.get("peer", {})))
+                    peer=dict(answer.get("peer", {})),
+                    map_offset=int(answer.get("map_offset", answer["offset"])),
+                    kind=str(answer.get("kind", "devdax")))

@@ -52,7 +52,8 @@ class Lease:
         """Map exactly the leased extent (MAP_SHARED, pre-faulted).
 
         Through a descriptor passed by the daemon when the client knows its fd socket (no
-        device permission needed), else by opening the chardev.
+        device permission needed), else by opening the chardev. A lease on a system-ram device
+        (memory of a NUMA node, a memfd the daemon made) can only be mapped the first way.
         """
         self.check()
         info = self.info
@@ -61,7 +62,7 @@ class Lease:
             try:
                 if (passed.offset, passed.length) != (info.offset, info.length):
                     raise errors.ClientError(f"daemon passed a different extent for {info.id}")
-                mapping = Mapping(info.chardev, info.offset, info.length, info.align,
+                mapping = Mapping(info.chardev, passed.map_offset, info.length, info.align,
                                   prefault=prefault, fd=passed.fd)
             finally:
                 os.close(passed.fd)

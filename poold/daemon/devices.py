@@ -64,21 +64,40 @@ class DeviceOps:
 
     def create(self, region: int, size: int, align: int | None, actor: str) -> DeviceOutcome:
         with self.lock:
-            try:
-                device = self.dax.create_device(region, size, align)
-            except DriverFailure as exc:
-                raise translate(exc) from exc
-            held = Held(device.chardev, None, None, "create")
-            self._finish(held, EventKind.DEVICE_CREATED, actor, region=region, size=device.size,
-                         align=device.align)
-            log.info("device.created dev=%s region=%s size=%s actor=%s", device.chardev, region,
-                     device.size, actor)
+            device = self.create_held(region, size, align, actor)
             return self._outcome("create", device.chardev)
 
+    def create_held(self, region: int, size: int, align: int | None, actor: str,
+                    placing: dict[str, str] | None = None, **details: Any) -> DaxDevice:
+        """`create` for a caller that holds `lock`. `placing` (devname -> pool) is filled with
+        the new device's name while the ledger takes it in, for the reconcile to place it."""
+        try:
+            device = self.dax.create_device(region, size, align)
+        except DriverFailure as exc:
+            raise translate(exc) from exc
+        held = Held(device.chardev, None, None, "create")
+        if placing is not None and "pool" in details:
+            placing[device.chardev] = details["pool"]
+        try:
+            self._finish(held, EventKind.DEVICE_CREATED, actor, region=region, size=device.size,
+                         align=device.align, **details)
+        finally:
+            if placing is not None:
+                placing.pop(device.chardev, None)
+        log.info("device.created dev=%s region=%s size=%s actor=%s", device.chardev, region,
+                 device.size, actor)
+        return device
+
     def destroy(self, devname: str, actor: str) -> DeviceOutcome:
-        return self._change(devname, actor, "destroy", EventKind.DEVICE_DESTROYED,
-                            lambda: self.dax.check_destroy(devname),
-                            lambda: self.dax.destroy_device(devname))
+        with self.lock:
+            self.destroy_held(devname, actor)
+            return self._outcome("destroy", devname)
+
+    def destroy_held(self, devname: str, actor: str, **details: Any) -> None:
+        """`destroy` for a caller that holds `lock`."""
+        self._change_held(devname, actor, "destroy", EventKind.DEVICE_DESTROYED,
+                          lambda: self.dax.check_destroy(devname),
+                          lambda: self.dax.destroy_device(devname), **details)
 
     def resize(self, devname: str, size: int, actor: str) -> DeviceOutcome:
         return self._change(devname, actor, "resize", EventKind.DEVICE_RESIZED,
@@ -107,22 +126,26 @@ class DeviceOps:
         """Check what the kernel would refuse, hold the device in the ledger (no live lease),
         change the kernel, then reconcile and record; on a kernel failure give the hold back."""
         with self.lock:
-            try:
-                check()
-            except DriverFailure as exc:
-                raise translate(exc) from exc
-            held = self.ledger.run(partial(devices.hold, devname=devname, actor=actor,
-                                           operation=operation))
-            try:
-                action()
-            except DriverFailure as exc:
-                self.ledger.run(partial(devices.give_back, held=held, actor=actor,
-                                        error=str(exc)))
-                log.warning("device.%s_refused dev=%s error=%s", operation, devname, exc)
-                raise translate(exc) from exc
-            self._finish(held, kind, actor, **details)
-            log.info("device.%s dev=%s actor=%s %s", operation, devname, actor, details)
+            self._change_held(devname, actor, operation, kind, check, action, **details)
             return self._outcome(operation, devname)
+
+    def _change_held(self, devname: str, actor: str, operation: str, kind: EventKind,
+                     check: Callable[[], object], action: Callable[[], object], **details: Any
+                     ) -> None:
+        try:
+            check()
+        except DriverFailure as exc:
+            raise translate(exc) from exc
+        held = self.ledger.run(partial(devices.hold, devname=devname, actor=actor,
+                                       operation=operation))
+        try:
+            action()
+        except DriverFailure as exc:
+            self.ledger.run(partial(devices.give_back, held=held, actor=actor, error=str(exc)))
+            log.warning("device.%s_refused dev=%s error=%s", operation, devname, exc)
+            raise translate(exc) from exc
+        self._finish(held, kind, actor, **details)
+        log.info("device.%s dev=%s actor=%s %s", operation, devname, actor, details)
 
     def _finish(self, held: Held, kind: EventKind, actor: str, **details: Any) -> None:
         """Reconcile with what the kernel shows now and record the change, in one transaction."""

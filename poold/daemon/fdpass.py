@@ -5,8 +5,13 @@ Clients then need no permission on /dev/daxX.Y: they connect to the daemon's UNI
 The daemon identifies the caller by SO_PEERCRED (logged with every hand-out) and gives the fd
 only for an active lease of this host whose token matches, i.e. to whoever was handed the lease.
 The fd covers the whole device: what keeps a holder inside its extent is the same as for a
-process with device permission (its own mapping code, checked by the SDK); isolated per-lease
-devices (issue 4) remove even that.
+process with device permission (its own mapping code, checked by the SDK); isolated pools
+(poold.daemon.isolated) give each lease a device of its own, which removes even that.
+
+A lease on a system-ram device has no chardev to open: its memory is a memfd bound to the
+device's NUMA node (poold.daemon.nodemem), the same one for every request, covering nothing but
+the lease. The answer says where in the fd the lease's bytes start (`map_offset`): the lease's
+offset for a chardev, 0 for a memfd.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from poold import errors
+from poold.daemon.nodemem import NodeMemory
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
 from poold.security import token_matches
-from poold.types import LeaseState
+from poold.types import DeviceKind, LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +46,12 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 
 class FdServer:
-    def __init__(self, path: Path, ledger: Ledger, key: bytes) -> None:
+    def __init__(self, path: Path, ledger: Ledger, key: bytes,
+                 node_memory: NodeMemory | None = None) -> None:
         self.path = path
         self._ledger = ledger
         self._key = key
+        self._node_memory = node_memory
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
 
@@ -98,19 +106,26 @@ class FdServer:
             os.close(fd)
 
     def _open(self, lease_id: str, token: str) -> tuple[dict[str, Any], int]:
-        lease = self._ledger.read(lambda s, now: reads.lease(s, lease_id, now))
+        lease, kind, node = self._ledger.read(lambda s, now: reads.lease_memory(s, lease_id, now))
         if not token_matches(self._key, lease_id, token):
             raise errors.NotLeaseHolder(f"wrong token for lease {lease_id}")
         if lease.host != self._ledger.host_id:
             raise errors.InvalidRequest(f"lease {lease_id} is held on host {lease.host}")
         if lease.state is not LeaseState.ACTIVE:
             raise errors.LeaseNotActive(f"lease {lease_id} is {lease.state}")
+        answer = {"lease_id": lease.id, "chardev": lease.chardev, "offset": lease.offset,
+                  "length": lease.length, "align": lease.align, "generation": lease.generation,
+                  "kind": kind, "map_offset": lease.offset}
+        if kind == DeviceKind.SYSTEM_RAM:
+            if self._node_memory is None:
+                raise errors.InvalidRequest(f"lease {lease_id} is on system-ram; this daemon "
+                                            "hands out no node memory")
+            fd = self._node_memory.open(lease.id, node, lease.length)
+            return {**answer, "map_offset": 0, "numa_node": node}, fd
         try:
             fd = os.open(lease.chardev, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             raise errors.DriverError(f"{lease.chardev}: {exc.strerror}") from exc
-        answer = {"lease_id": lease.id, "chardev": lease.chardev, "offset": lease.offset,
-                  "length": lease.length, "align": lease.align, "generation": lease.generation}
         return answer, fd
 
 

@@ -5,6 +5,12 @@ be granted bytes that still hold the previous tenant's data. The scrubber maps t
 chunks and zeroes it with memset, recording progress in the ledger (what `poold lease release`
 draws as a progress bar); after a crash it goes on from the last progress it recorded, since
 those bytes were zero before it was written.
+
+A lease on a system-ram device has no bytes in a chardev: its memory is a memfd of the daemon's
+(poold.daemon.nodemem). Scrubbing it is closing that memfd: the pages go back to the kernel,
+which zero-fills each page before it hands it out again. Each pass also drops the memfds of
+leases that ended without scrubbing (pools that do not scrub), so none outlives its lease by
+more than one pass.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ import time
 from functools import partial
 
 from api.metrics import Metrics
+from poold.daemon.nodemem import NodeMemory
+from poold.errors import UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import ScrubJob
-from poold.types import MiB
+from poold.types import HOLDING_STATES, DeviceKind, MiB
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +37,23 @@ PROGRESS_EVERY_S = 0.25   # how often a long scrub records how far it got
 
 
 class Scrubber:
-    def __init__(self, ledger: Ledger, metrics: Metrics) -> None:
+    def __init__(self, ledger: Ledger, metrics: Metrics,
+                 node_memory: NodeMemory | None = None) -> None:
         self._ledger = ledger
         self._metrics = metrics
+        self._node_memory = node_memory
 
     def run_once(self) -> int:
         """Scrub every lease of this host that waits for it; returns how many were freed."""
+        if self._node_memory is not None:
+            self._node_memory.sweep(self._holds)
         freed = 0
         for job in self._ledger.read(partial(reads.scrubbing, host_id=self._ledger.host_id)):
             try:
-                self._zero(job)
+                if job.kind == DeviceKind.SYSTEM_RAM:
+                    self._drop(job)
+                else:
+                    self._zero(job)
             except OSError as exc:  # the device went away or refuses: try again next pass
                 log.warning("scrub.failed lease=%s chardev=%s error=%s", job.lease_id,
                             job.chardev, exc)
@@ -47,6 +62,20 @@ class Scrubber:
                 self._metrics.scrubs.inc()
                 freed += 1
         return freed
+
+    def _holds(self, lease_id: str) -> bool:
+        """Whether the lease still holds its extent (active, or scrubbing: dropped then)."""
+        try:
+            lease = self._ledger.read(lambda s, now: reads.lease(s, lease_id, now))
+        except UnknownLease:
+            return False
+        return lease.state.value in HOLDING_STATES
+
+    def _drop(self, job: ScrubJob) -> None:
+        """A system-ram lease: its memfd closed, its pages are the kernel's (zeroed on reuse)."""
+        if self._node_memory is not None:
+            self._node_memory.drop(job.lease_id)
+        log.info("scrub.done lease=%s bytes=%d via=memfd-close", job.lease_id, job.length)
 
     def _zero(self, job: ScrubJob) -> None:
         started = time.monotonic()

@@ -89,6 +89,15 @@ def lease(session: Session, lease_id: str, now: datetime, *,
     return _lease_views(session, [found], now)[0]
 
 
+def lease_memory(session: Session, lease_id: str, now: datetime
+                 ) -> tuple[LeaseView, str, int | None]:
+    """A lease with the kind and NUMA node of its device: where its memory is (the fd server
+    hands a chardev for devdax and emulated devices, a node-bound memfd for system-ram)."""
+    view = lease(session, lease_id, now)
+    device = repo.devices_by_id(session)[view.device_id]
+    return view, device.kind, device.numa_node
+
+
 def leases(session: Session, now: datetime, *, state: LeaseState | None = None,
            pool: str | None = None, tenant: str | None = None, host: str | None = None,
            limit: int = 1000) -> list[LeaseView]:
@@ -150,5 +159,5 @@ def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJo
     """This host's leases waiting to be zeroed, with where their bytes are."""
     devices_ = repo.devices_by_id(session)
     return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
-                    length=x.length, done=x.scrubbed_bytes)
+                    length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind)
             for x in repo.scrubbing_leases(session, host_id)]

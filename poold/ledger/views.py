@@ -228,3 +228,4 @@ class ScrubJob:
     offset: int
     length: int
     done: int
+    kind: str = "devdax"  # system-ram: the bytes are a memfd of the daemon's, not the chardev's

@@ -177,7 +177,11 @@ def test_reconfigure_to_system_ram_and_back(api: TestClient, kernel: FakeKernel)
     assert r.status_code == 200, r.text
     assert r.json()["online_blocks"] == [34, 35] and r.json()["kernel"]["movable"] is True
     assert devices(api)["dax0.2"] == ("system-ram", "online", 256 * MiB)
-    assert lease(api, "dax0.2").status_code == 422  # system-ram is not leased by mapping
+    on_node = lease(api, "dax0.2")  # NUMA node memory, accounted like any device's bytes
+    assert on_node.status_code == 201, on_node.text
+    assert api.post("/v1/devices/dax0.2/reconfigure",
+                    json={"mode": "devdax"}).status_code == 409  # held by that lease
+    api.delete(f"/v1/leases/{on_node.json()['id']}")
 
     kernel.stuck.add(35)
     stuck = api.post("/v1/devices/dax0.2/reconfigure", json={"mode": "devdax"})

@@ -17,7 +17,12 @@ from typing import Any
 
 import httpx
 
+from api.schemas import GrantedLease
+from poold.client import PooldClient
+from poold.client.lease import Lease
+
 URL = "http://127.0.0.1:7077"
+FD_SOCKET = "/tmp/poold/fd.sock"
 MiB = 1 << 20
 
 
@@ -85,6 +90,56 @@ def touch(lease: dict[str, Any], pattern: bytes) -> str:
         os.close(fd)
 
 
+def daemon_memfds() -> int:
+    """How many memfds the daemon (`poold serve`) holds open now."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"serve" not in (proc / "cmdline").read_bytes().split(b"\0"):
+                continue
+            links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:
+            continue
+        return sum(link.startswith("/memfd:poold-") for link in links)
+    raise SystemExit("no poold serve process")
+
+
+def on_node(answer: dict[str, Any], pattern: bytes) -> dict[str, Any]:
+    """Map a system-ram lease with the SDK (the daemon passes a node-bound memfd), write
+    `pattern` at both ends, read it back, and say which NUMA nodes its pages are on, from
+    this process's numa_maps."""
+    with PooldClient(URL, fd_socket=FD_SOCKET) as client:
+        lease = Lease(client, GrantedLease.model_validate(answer), keepalive=False,
+                      token=answer["token"])
+        with lease.map() as mapping:
+            mapping.buffer[: len(pattern)] = pattern
+            mapping.buffer[-len(pattern):] = pattern
+            readback = bytes(mapping.buffer[: len(pattern)]) + bytes(mapping.buffer[-len(pattern):])
+            lines = [line for line in Path("/proc/self/numa_maps").read_text().splitlines()
+                     if "memfd:poold-" in line]
+            held = daemon_memfds()
+    pages: dict[str, int] = {}
+    for line in lines:
+        for field in line.split():
+            if field[0] == "N" and "=" in field:
+                node, count = field.split("=")
+                pages[node] = pages.get(node, 0) + int(count)
+    return {"readback": readback.decode(), "via": mapping.via, "numa_pages": pages,
+            "daemon_memfds": held}
+
+
+def wait_gone(devname: str, timeout_s: float = 90) -> bool:
+    """Until `daxctl list` no longer shows the device (an isolated lease's, after its end)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        listed = json.loads(subprocess.run(["daxctl", "list", "-D"], capture_output=True,
+                                           text=True).stdout or "[]")
+        listed = [listed] if isinstance(listed, dict) else listed
+        if devname not in {d["chardev"] for d in listed}:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def static(out: str) -> None:
     """A pmem-backed (static) dax region: devices cannot be created or resized there."""
     s = Steps()
@@ -123,10 +178,25 @@ def main(out: str, scenario: str = "hmem") -> None:
     s.step("destroy drained dax0.1", "DELETE", "/v1/devices/dax0.1")
     # system-ram and back.
     s.step("to system-ram", "POST", "/v1/devices/dax0.3/reconfigure", {"mode": "system-ram"})
+    # A lease on the new NUMA node: a memfd bound to it, passed by the daemon, mapped by the SDK.
+    node_lease = s.step("lease on system-ram dax0.3", "POST", "/v1/leases",
+                        {**lease_body, "device": "dax0.3"})["answer"]
+    s.record[-1]["memory"] = on_node(node_lease, b"numa-node-lease")
+    s.step("release node lease", "DELETE", f"/v1/leases/{node_lease['id']}")
+    s.record[-1]["final"] = s.wait_final(node_lease["id"])
+    s.record[-1]["daemon_memfds"] = daemon_memfds()
     s.step("back to devdax", "POST", "/v1/devices/dax0.3/reconfigure", {"mode": "devdax"})
     again = s.step("lease after", "POST", "/v1/leases",
                    {**lease_body, "device": "dax0.3"})["answer"]
     s.record[-1]["readback"] = touch(again, b"back-from-kmem")
+    # An isolated pool ("private" = region 0): the lease gets a device of its own.
+    iso = s.step("isolated lease", "POST", "/v1/leases",
+                 {"size": 63 * MiB, "ttl_s": 600, "pool": "private"})["answer"]
+    s.record[-1]["readback"] = touch(iso, b"isolated-lease")
+    s.step("release isolated", "DELETE", f"/v1/leases/{iso['id']}")
+    s.record[-1]["final"] = s.wait_final(iso["id"])
+    s.record[-1]["gone"] = wait_gone(iso["device"])
+    s.step("after isolated", "GET", "/v1/events?limit=1000")
     Path(out).write_text(json.dumps(s.record))
 
 

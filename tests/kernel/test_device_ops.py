@@ -17,7 +17,7 @@ from tests.kernel.qemu import MiB
 GUEST_TIMEOUT_S = 600
 DAEMON = """set -e
 ip link set lo up 2>/dev/null || busybox ip link set lo up
-export POOLD_RESCAN_INTERVAL_S=3600 POOLD_AUTH=off
+export POOLD_RESCAN_INTERVAL_S=3600 POOLD_AUTH=off POOLD_ISOLATED_POOLS='{"private": 0}'
 poold serve --state-dir /tmp/poold --listen 127.0.0.1:7077 --host-id guest \\
     > "$OUT/daemon.log" 2>&1 &
 """
@@ -62,7 +62,8 @@ def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
         for when in ("before", "after"):
             assert kernel_view(step[when]) == ledger_view(step[when]), (step["step"], when)
         by_name.setdefault(step["step"], step)
-    status = {s["step"]: (s["status"], s["answer"].get("error")) for s in steps}
+    status = {s["step"]: (s["status"], s["answer"].get("error")) for s in steps
+              if isinstance(s["answer"], dict)}
 
     assert status["empty dax0.0"] == (200, None)
     creates = [s for s in steps if s["step"] == "create"]
@@ -104,6 +105,17 @@ def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
     assert len(new_nodes) == 1 and ram["after"]["nodes"][new_nodes.pop()] == 256 * MiB
     assert len(ram["answer"]["online_blocks"]) == 2 and ram["answer"]["kernel"]["movable"]
 
+    node = _new_node(ram)
+    leased_ram = by_name["lease on system-ram dax0.3"]
+    assert leased_ram["status"] == 201, leased_ram["answer"]
+    memory = leased_ram["memory"]
+    assert memory["readback"] == "numa-node-lease" * 2 and memory["via"] == "fd"
+    assert set(memory["numa_pages"]) == {f"N{node}"}  # every page on the new node
+    assert sum(memory["numa_pages"].values()) * 4096 == 8 * MiB
+    assert memory["daemon_memfds"] == 1
+    ended = by_name["release node lease"]
+    assert ended["final"] == "released" and ended["daemon_memfds"] == 0  # dropped at its end
+
     back = by_name["back to devdax"]
     assert back["status"] == 200, back["answer"]
     assert back["after"]["nodes"] == ram["before"]["nodes"]  # the node went away
@@ -111,7 +123,32 @@ def test_create_lease_destroy_drain_reconfigure(guest_kernel: qemu.Kernel,
     again = by_name["lease after"]
     assert again["status"] == 201 and again["readback"] == "back-from-kmem" * 2
 
+    iso = by_name["isolated lease"]
+    assert iso["status"] == 201, iso["answer"]
+    lease = iso["answer"]
+    assert (lease["pool"], lease["offset"], lease["length"]) == ("private", 0, 64 * MiB)
+    assert kernel_view(iso["after"])[lease["device"]] == (64 * MiB, "devdax")
+    assert lease["device"] not in kernel_view(iso["before"])
+    assert iso["readback"] == "isolated-lease" * 2
+    released = by_name["release isolated"]
+    assert released["final"] == "released" and released["gone"]
+    after = by_name["after isolated"]
+    assert lease["device"] not in kernel_view(after["after"])
+    assert lease["device"] not in ledger_view(after["after"])
+    events = [(e["kind"], e["lease_id"], e["details"].get("devname"))
+              for e in reversed(after["answer"])]
+    scrubbed_at = events.index(("lease.scrubbed", lease["id"], None))
+    # The name may have been a destroyed device's before: the last destroy is this lease's.
+    destroyed_at = max(i for i, e in enumerate(events)
+                       if e == ("device.destroyed", None, lease["device"]))
+    assert scrubbed_at < destroyed_at  # zeroed before the device went
+
     assert json.loads((result.out_dir / "fsck.json").read_text())["clean"]
+
+
+def _new_node(ram: dict[str, Any]) -> int:
+    (name,) = set(ram["after"]["nodes"]) - set(ram["before"]["nodes"])
+    return int(name.removeprefix("node"))
 
 
 def test_static_region_refuses_and_changes_nothing(guest_kernel: qemu.Kernel,

@@ -1,0 +1,183 @@
+"""Leases on system-ram devices: memory of a CPU-less NUMA node, handed out as a memfd.
+
+A dax device given to kmem has no chardev to map any more; its memory is a NUMA node's. A lease
+on it is a memfd of the lease's length whose pages are bound to that node: mbind(MPOL_BIND) on a
+mapping of a shmem file sets the file's own policy, so every page of it comes from the node,
+whoever faults it. The daemon pre-faults the whole memfd (so the pages are on the node before the
+client maps it), checks where a sample of them landed (move_pages), and hands the fd over its
+UNIX socket (poold.daemon.fdpass); the client maps it at offset 0. The ledger accounts the
+device's bytes as extents like any other device's (quotas, capacity, placement); the extent's
+offset is bookkeeping only.
+
+Owns the memfds: one per lease, made at the lease's first map request, the same one for every
+later request, and closed when the lease ends (`sweep`; the scrubber drops it first for pools
+that scrub). Closing is the scrub: the pages go back to the kernel, which zero-fills every page it
+hands out again (a fresh memfd reads zero), so no later lease sees them. A client's own mapping
+keeps its pages alive until it unmaps. The memfds live in the daemon's memory: a restart drops
+them (clients' mappings go on; a map after the restart gets a fresh, zeroed memfd).
+
+Leaves alone: what the ledger accounts (poold.ledger.leases) and who may ask (fdpass).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import mmap
+import os
+import platform
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from drivers.numa import scan_memory_blocks, scan_nodes
+from drivers.sysfs import Sysfs
+from poold import errors
+
+log = logging.getLogger(__name__)
+
+MPOL_BIND = 2
+MPOL_MF_STRICT = 1 << 0  # fail if a page already present is not on the node
+MPOL_MF_MOVE = 1 << 1  # move pages already present (none: the memfd is new)
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
+# Syscall numbers: glibc has no mbind or move_pages wrapper (libnuma does).
+_SYSCALLS = {"x86_64": {"mbind": 237, "move_pages": 279},
+             "aarch64": {"mbind": 235, "move_pages": 239}}
+SAMPLE_PAGES = 256  # pages whose node is checked after the pre-fault, spread over the memfd
+PAGE = mmap.PAGESIZE
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(name: str, *args: int | ctypes._CData) -> int:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise OSError(errno.ENOSYS, f"{name}: no syscall number for {platform.machine()}")
+    ret = int(_libc.syscall(ctypes.c_long(numbers[name]), *args))
+    if ret < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{name}: {os.strerror(code)}")
+    return ret
+
+
+def bind_to_node(address: int, length: int, node: int) -> None:
+    """mbind(MPOL_BIND) of [address, +length) to `node` alone."""
+    words = node // 64 + 1
+    mask = (ctypes.c_ulong * words)()
+    mask[node // 64] = 1 << (node % 64)
+    # The kernel reads maxnode - 1 bits (an off-by-one kept for compatibility): one bit more.
+    _syscall("mbind", ctypes.c_void_p(address), ctypes.c_ulong(length), ctypes.c_int(MPOL_BIND),
+             mask, ctypes.c_ulong(words * 64 + 1), ctypes.c_uint(MPOL_MF_STRICT | MPOL_MF_MOVE))
+
+
+def page_nodes(addresses: list[int]) -> list[int]:
+    """The node each page of this process at `addresses` is on (move_pages with no target:
+    a query); a negative errno where there is no page."""
+    count = len(addresses)
+    pages = (ctypes.c_void_p * count)(*addresses)
+    status = (ctypes.c_int * count)()
+    _syscall("move_pages", ctypes.c_int(0), ctypes.c_ulong(count), pages, ctypes.c_void_p(None),
+             status, ctypes.c_int(0))
+    return list(status)
+
+
+def node_memfd(name: str, node: int, length: int) -> int:
+    """A memfd of `length` bytes, every page allocated on `node` now; the caller owns the fd."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, length)
+        with mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as view:
+            anchor = ctypes.c_char.from_buffer(view)
+            try:
+                address = ctypes.addressof(anchor)
+                bind_to_node(address, length, node)
+                _prefault(view, length)
+                step = max(1, length // PAGE // SAMPLE_PAGES)
+                sample = [address + i * PAGE for i in range(0, length // PAGE, step)]
+                found = page_nodes(sample)
+            finally:
+                del anchor  # the export must end before the mapping closes
+        astray = sorted({n for n in found if n != node})
+        if astray:
+            raise OSError(errno.EIO, f"pages landed on node(s) {astray}, not on node {node}")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _prefault(view: mmap.mmap, length: int) -> None:
+    try:
+        view.madvise(MADV_POPULATE_WRITE)
+    except OSError:  # before Linux 5.14: touch every page
+        for offset in range(0, length, PAGE):
+            view[offset] = 0
+
+
+class NodeMemory:
+    """The memfds of this host's leases on system-ram devices, by lease id."""
+
+    def __init__(self, sysfs_root: Path, make: Callable[[str, int, int], int] = node_memfd
+                 ) -> None:
+        self._sysfs = Sysfs(sysfs_root)
+        self._make = make
+        self._fds: dict[str, tuple[int, int, int]] = {}  # lease id -> (fd, node, length)
+        self._lock = threading.Lock()
+
+    def open(self, lease_id: str, node: int | None, length: int) -> int:
+        """A descriptor of the lease's memfd (made on first use); the caller closes it."""
+        if node is None:
+            raise errors.DriverError(f"lease {lease_id}: its system-ram device has no NUMA node")
+        with self._lock:
+            held = self._fds.get(lease_id)
+            if held is None:
+                self._check_free(lease_id, node, length)
+                try:
+                    fd = self._make(f"poold-{lease_id[:12]}", node, length)
+                except OSError as exc:
+                    raise errors.DriverError(f"lease {lease_id}: cannot bind {length} bytes to "
+                                             f"node {node}: {exc.strerror or exc}") from exc
+                held = (fd, node, length)
+                self._fds[lease_id] = held
+                log.info("nodemem.created lease=%s node=%s bytes=%s", lease_id, node, length)
+            return os.dup(held[0])
+
+    def _check_free(self, lease_id: str, node: int, length: int) -> None:
+        """Refuse rather than let the pre-fault find the node full: with MPOL_BIND the kernel
+        would answer that with its OOM killer, not an error."""
+        blocks, _size = scan_memory_blocks(self._sysfs)
+        found = next((n for n in scan_nodes(self._sysfs, blocks) if n.node == node), None)
+        if found is None:
+            raise errors.DriverError(f"lease {lease_id}: NUMA node {node} is not online")
+        if found.mem_free is not None and found.mem_free < length:
+            raise errors.NoCapacity(f"lease {lease_id}: node {node} has {found.mem_free} bytes "
+                                    f"free, the lease needs {length}")
+
+    def drop(self, lease_id: str) -> bool:
+        """Close the lease's memfd: its pages go back to the kernel (zeroed before reuse)."""
+        with self._lock:
+            held = self._fds.pop(lease_id, None)
+        if held is None:
+            return False
+        os.close(held[0])
+        log.info("nodemem.dropped lease=%s node=%s bytes=%s", lease_id, held[1], held[2])
+        return True
+
+    def sweep(self, holds: Callable[[str], bool]) -> int:
+        """Drop the memfd of every lease that no longer holds its extent; returns how many."""
+        with self._lock:
+            ids = list(self._fds)
+        return sum(self.drop(i) for i in ids if not holds(i))
+
+    def leases(self) -> dict[str, int]:
+        """Lease id -> bytes, of the memfds held now."""
+        with self._lock:
+            return {i: held[2] for i, held in self._fds.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            ids = list(self._fds)
+        for lease_id in ids:
+            self.drop(lease_id)
