@@ -16,8 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from poold.db import make_engine
-from poold.errors import LedgerUnavailable
+from poold.errors import HostFenced, LedgerUnavailable
 from poold.ledger.clock import DatabaseClock, LedgerClock
+from poold.ledger.liveness import Liveness
 from poold.ledger.writer import Command, LedgerWriter
 
 T = TypeVar("T")
@@ -26,14 +27,17 @@ T = TypeVar("T")
 class Ledger:
     def __init__(self, url: str, *, host_id: str, default_pool: str,
                  clock: LedgerClock | None = None, synchronous: str = "FULL",
-                 batch_max: int = 256) -> None:
+                 batch_max: int = 256, liveness: Liveness | None = None) -> None:
+        """`liveness`: this host shares devices with others (fencing and lost hosts, see
+        poold.ledger.liveness); None: never fenced, never judges other hosts."""
         self.url = url
         self.host_id = host_id
         self.clock: LedgerClock = clock or DatabaseClock()
+        self.liveness = liveness
         self._write_engine = make_engine(url, writer=True, synchronous=synchronous)
         self._read_engine = make_engine(url, writer=False, synchronous=synchronous)
         self.writer = LedgerWriter(self._write_engine, host_id=host_id, default_pool=default_pool,
-                                   clock=self.clock, batch_max=batch_max)
+                                   clock=self.clock, batch_max=batch_max, liveness=liveness)
 
     def start(self) -> None:
         self.writer.start()
@@ -54,4 +58,7 @@ class Ledger:
             with Session(self._read_engine) as session, session.begin():
                 return query(session, self.clock.now(session))
         except SQLAlchemyError as exc:
+            if self.liveness is not None and self.liveness.fenced:
+                raise HostFenced(f"ledger unreachable for {self.liveness.silent_s:.1f} s (over "
+                                 "host_ttl): this host's leases are lost") from exc
             raise LedgerUnavailable(f"ledger read failed: {type(exc).__name__}") from exc

@@ -33,10 +33,11 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from poold.errors import LedgerUnavailable, PooldError
+from poold.errors import HostFenced, LedgerUnavailable, PooldError
 from poold.ledger import repository as repo
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
+from poold.ledger.liveness import Liveness
 from poold.ledger.space import Catalog, HostSpace
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ Command = Callable[[Tx], T]
 # A connection unused for this long is handed back and checked out again before the next batch,
 # so a connection the server dropped meanwhile is replaced instead of failing that batch.
 IDLE_RECHECK_S = 1.0
+# How often one command is rerun after a deadlock with another host's writer.
+TRANSIENT_RETRIES = 3
 
 
 @dataclass(slots=True)
@@ -57,8 +60,9 @@ class _Item:
 
 class LedgerWriter:
     def __init__(self, engine: Engine, *, host_id: str, default_pool: str, clock: LedgerClock,
-                 batch_max: int = 256) -> None:
+                 batch_max: int = 256, liveness: Liveness | None = None) -> None:
         self._engine = engine
+        self._liveness = liveness
         self._host_id = host_id
         self._default_pool = default_pool
         self._clock = clock
@@ -138,7 +142,7 @@ class LedgerWriter:
             if stopping:
                 return
 
-    def _execute(self, batch: list[_Item]) -> None:
+    def _execute(self, batch: list[_Item], retries: int = TRANSIENT_RETRIES) -> None:
         try:
             outcomes = self._transaction(batch)
         except Exception as exc:
@@ -151,10 +155,19 @@ class LedgerWriter:
                 for item in batch:
                     self._execute([item])
                 return
+            if retries and _transient(exc):
+                # Another host's writer and this one each waited for the other (PostgreSQL
+                # chose this one to abort): nothing was written, so run it again.
+                log.info("ledger.retry error=%s", type(getattr(exc, "orig", exc)).__name__)
+                self._execute(batch, retries - 1)
+                return
             if isinstance(exc, SQLAlchemyError):
                 log.error("ledger.write_failed error=%r", exc)
                 error: BaseException = LedgerUnavailable(
                     f"ledger write failed: {type(exc).__name__}")
+                if self._liveness is not None and self._liveness.fenced:
+                    error = HostFenced(f"ledger unreachable for {self._liveness.silent_s:.1f} s "
+                                       "(over host_ttl): this host's leases are lost")
                 error.__cause__ = exc
             else:
                 log.exception("ledger.command_crashed")
@@ -176,6 +189,9 @@ class LedgerWriter:
                     self._space = self._rebuild_space(session)
                 tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
                         self._catalog)
+                if self._liveness is not None:
+                    tx.fenced = self._liveness.fenced
+                    tx.lost_after_s = self._liveness.lost_after_s
                 for item in batch:
                     if not (item.future.running() or item.future.set_running_or_notify_cancel()):
                         # The caller gave up before its turn (client gone): do not act for nobody.
@@ -214,6 +230,11 @@ class LedgerWriter:
             repo.live_leases(session, host_id=self._host_id),
             align_of,
         )
+
+
+def _transient(exc: BaseException) -> bool:
+    """A deadlock or serialization failure: the transaction was rolled back and may be rerun."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in {"40P01", "40001"}
 
 
 def _settle(future: Future[Any], ok: bool, value: Any) -> None:

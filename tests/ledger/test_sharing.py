@@ -1,0 +1,219 @@
+"""Several hosts on one shared device through one ledger (in process, one writer per host id):
+claims grown and trimmed, idle claims given back, lost hosts reclaimed after host_ttl + grace by
+the ledger clock, fencing. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import pytest
+
+from poold import errors
+from poold.inventory import DeviceSpec
+from poold.ledger import leases, reads, registry, sharing
+from poold.ledger.clock import ManualClock
+from poold.ledger.fsck import fsck
+from poold.ledger.leases import GrantRequest, Tx
+from poold.ledger.ledger import Ledger
+from poold.ledger.liveness import Liveness
+from poold.ledger.views import LeaseView
+from poold.types import LeaseState, MiB
+from tests.conftest import LedgerFactory, emulated_spec
+
+SHARED = replace(emulated_spec(64 * MiB, name="shared0"), shared=True)
+TTL, GRACE = 10.0, 5.0
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def grant(ledger: Ledger, size: int, ttl_s: int = 600) -> LeaseView:
+    return ledger.run(partial(leases.grant, request=GrantRequest(size=size, actor="t",
+                                                                  ttl_s=ttl_s)))
+
+
+def release(ledger: Ledger, lease_id: str) -> None:
+    ledger.run(partial(leases.release, lease_id=lease_id, actor="t"))
+
+
+def tick(ledger: Ledger, idle_s: float = 30.0) -> None:
+    """What the daemon's tick does (poold.daemon.app.Daemon.tick)."""
+    liveness = ledger.liveness
+    fenced = liveness.fenced if liveness else False
+    started = liveness.started() if liveness else 0.0
+
+    def command(tx: Tx) -> None:
+        registry.register_host(tx, tx.host_id)
+        if fenced:
+            sharing.lose_own_leases(tx, "fenced")
+        sharing.resync_space(tx)
+        leases.reap(tx)
+        sharing.reclaim_lost_hosts(tx)
+        sharing.release_idle_claims(tx, idle_s)
+    ledger.run(command)
+    if liveness is not None:
+        liveness.beat(started)
+        if fenced:
+            liveness.recovered()
+
+
+def hosts_on(make_ledger: LedgerFactory, n: int, spec: DeviceSpec = SHARED,
+             claim_slice: int = 16 * MiB, **kwargs: object) -> list[Ledger]:
+    return [make_ledger([spec], host_id=f"host-{i}", claim_slice=claim_slice, **kwargs)
+            for i in range(n)]
+
+
+def lease_view(ledger: Ledger, lease_id: str) -> LeaseView:
+    return ledger.read(lambda s, now: reads.lease(s, lease_id, now))
+
+
+def clean(ledger: Ledger) -> None:
+    report = ledger.read(fsck)
+    assert report.violations == []
+
+
+def test_a_shared_device_is_one_ledger_device_owned_by_no_host(
+        make_ledger: LedgerFactory) -> None:
+    a, b = hosts_on(make_ledger, 2)
+    devices = a.read(reads.devices)
+    assert [(d.uid, d.host) for d in devices] == [(SHARED.uid, None)]
+    x, y = grant(a, 2 * MiB), grant(b, 2 * MiB)
+    assert x.device_id == y.device_id and x.offset != y.offset
+    clean(a)
+
+
+def test_idle_claims_of_other_hosts_are_taken_before_a_refusal(
+        make_ledger: LedgerFactory) -> None:
+    a, b, c = hosts_on(make_ledger, 3)
+    full = [grant(c, 16 * MiB) for _ in range(2)]  # c: [0, 32) MiB
+    small = [grant(b, 2 * MiB) for _ in range(4)]  # b: a 16 MiB claim at [32, 48)...
+    for lease in small[1:]:
+        release(b, lease.id)  # ...of which it keeps [32, 34)
+    # a asks for 28 MiB: there is room only once b's claim is trimmed to what it holds.
+    big = grant(a, 28 * MiB)
+    assert (big.offset, big.length) == (34 * MiB, 28 * MiB)
+    clean(a)
+    # b's in-memory space learns its claim changed, and b keeps granting without overlap.
+    more = grant(b, 2 * MiB)
+    assert more.offset == 62 * MiB
+    with pytest.raises(errors.NoCapacity):
+        grant(b, 4 * MiB)
+    release(b, small[0].id)
+    release(b, more.id)
+    release(c, full[1].id)
+    assert grant(c, 18 * MiB).offset == 16 * MiB  # c's idle claim and b's, trimmed
+    clean(a)
+
+
+def test_every_byte_can_be_leased_whoever_claimed_it(make_ledger: LedgerFactory) -> None:
+    hosts = hosts_on(make_ledger, 3)
+    for round_ in range(3):
+        taken = [grant(h, 2 * MiB) for h in hosts for _ in range(2)]
+        for lease in taken:
+            release(hosts[int(lease.host[-1])], lease.id)
+        # all idle now, claimed in slices by all three: one host takes the whole device
+        whole = grant(hosts[round_], 64 * MiB)
+        assert whole.offset == 0
+        release(hosts[round_], whole.id)
+        clean(hosts[0])
+
+
+def test_idle_claims_go_back_after_claim_idle_s(make_ledger: LedgerFactory,
+                                              clock: ManualClock) -> None:
+    (a,) = hosts_on(make_ledger, 1)
+    lease = grant(a, 2 * MiB)
+    release(a, lease.id)
+    tick(a, idle_s=30)
+    assert a.read(reads.hosts)[0].claims == 1
+    clock.advance(29)
+    tick(a, idle_s=30)
+    assert a.read(reads.hosts)[0].claims == 1
+    clock.advance(2)
+    tick(a, idle_s=30)
+    assert a.read(reads.hosts)[0].claims == 0
+    clean(a)
+
+
+def test_a_lost_host_is_reclaimed_after_ttl_plus_grace_not_before(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    watch_a, watch_b = FakeMonotonic(), FakeMonotonic()
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB, scrub=True,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_a))
+    b = make_ledger([SHARED], host_id="host-b", claim_slice=16 * MiB, scrub=True,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_b))
+    tick(a)
+    tick(b)
+    held = [grant(b, 16 * MiB) for _ in range(4)]  # b holds the whole device
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    # b goes silent; a keeps ticking. Before ttl + grace by the ledger clock: nothing moves.
+    clock.advance(TTL + GRACE - 1)
+    watch_a.now += TTL + GRACE - 1
+    tick(a)
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    assert {h.id: h.state for h in a.read(reads.hosts)}["host-b"] == "up"
+    clock.advance(2)
+    watch_a.now += 2
+    tick(a)
+    hosts = {h.id: h for h in a.read(reads.hosts)}
+    assert hosts["host-b"].state == "lost" and hosts["host-b"].claims == 0
+    # b's leases are lost and adopted by a, which scrubs them before anyone reuses the bytes.
+    for lease in held:
+        view = lease_view(a, lease.id)
+        assert view.state is LeaseState.SCRUBBING and view.host == "host-a"
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    for lease in held:
+        a.run(partial(leases.finish_scrub, lease_id=lease.id))
+    assert grant(a, 64 * MiB).offset == 0
+    clean(a)
+    lost_events = a.read(lambda s, _now: reads.events(s, kind="lease.lost"))
+    assert {e.lease_id for e in lost_events} == {lease.id for lease in held}
+    # b comes back: fenced (silent past its ttl), it grants nothing until its tick recorded
+    # its leases lost, then it rejoins with an empty space.
+    watch_b.now += TTL + GRACE + 1
+    with pytest.raises(errors.HostFenced):
+        grant(b, 2 * MiB)
+    with pytest.raises(errors.LeaseNotActive, match="lost"):
+        b.run(partial(leases.keepalive, lease_id=held[0].id, ttl_s=None, actor="t"))
+    tick(b)
+    assert {h.id: h.state for h in b.read(reads.hosts)}["host-b"] == "up"
+    with pytest.raises(errors.NoCapacity):
+        grant(b, 2 * MiB)
+    clean(b)
+
+
+def test_a_fenced_host_records_its_leases_lost_when_the_ledger_is_back(
+        make_ledger: LedgerFactory) -> None:
+    watch = FakeMonotonic()
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch))
+    tick(a)
+    lease = grant(a, 4 * MiB)
+    watch.now += TTL + 0.5
+    with pytest.raises(errors.HostFenced):
+        grant(a, 2 * MiB)
+    with pytest.raises(errors.HostFenced):  # what its clients hear: the lease is lost
+        a.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="t"))
+    tick(a)  # the heartbeat gets through again
+    assert lease_view(a, lease.id).state is LeaseState.LOST
+    assert grant(a, 2 * MiB).length == 2 * MiB
+    clean(a)
+
+
+def test_a_host_that_ticks_is_never_lost(make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    a, b = hosts_on(make_ledger, 2, liveness=Liveness(TTL, GRACE))
+    lease = grant(b, 2 * MiB)
+    for _ in range(5):
+        clock.advance(TTL)
+        tick(b)
+        tick(a)
+    assert lease_view(a, lease.id).state is LeaseState.ACTIVE
+    assert {h.state for h in a.read(reads.hosts)} == {"up"}

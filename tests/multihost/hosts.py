@@ -1,0 +1,131 @@
+"""Several `poold serve` processes, each its own host id, sharing one emulated device (one file)
+through one PostgreSQL ledger; helpers to lease from them and check bytes in the shared file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+SHARED_UID = "test:shared-emu"
+START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Host:
+    host_id: str
+    process: subprocess.Popen[bytes]
+    url: str
+    state_dir: Path
+    stderr_path: Path
+    token: str = ""
+
+    def call(self, method: str, path: str, timeout: float = 15.0, **kw: Any) -> httpx.Response:
+        return httpx.request(method, f"{self.url}{path}", timeout=timeout,
+                             headers={"Authorization": f"Bearer {self.token}"}, **kw)
+
+    def grant(self, size: int, ttl_s: int = 60) -> httpx.Response:
+        return self.call("POST", "/v1/leases", json={"size": size, "ttl_s": ttl_s})
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_hosts(tmp_path: Path, database_urls: list[str], shared_file: Path, size: str,
+                env: dict[str, str]) -> list[Host]:
+    """One `poold serve` per URL (host-0, host-1, ...), all mapping `shared_file` as one ledger
+    device; returned once every one answers /healthz."""
+    hosts = []
+    for i, url in enumerate(database_urls):
+        host_id, port = f"host-{i}", free_port()
+        state_dir = tmp_path / host_id
+        stderr_path = tmp_path / f"{host_id}.stderr"
+        with stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", str(state_dir),
+                 "--database-url", url, "--emulate", size, "--listen", f"127.0.0.1:{port}",
+                 "--host-id", host_id],
+                stdout=subprocess.DEVNULL, stderr=stderr,
+                env={**os.environ, "POOLD_EMULATE_PATH": str(shared_file),
+                     "POOLD_EMULATE_UID": SHARED_UID, "POOLD_WATCH_UDEV": "false",
+                     "POOLD_DISCOVER_DAX": "false", **env})
+        hosts.append(Host(host_id, process, f"http://127.0.0.1:{port}", state_dir, stderr_path))
+        if i == 0:
+            _wait_healthy(hosts[0])  # the first one migrates the schema alone
+    for host in hosts:
+        _wait_healthy(host)
+    return hosts
+
+
+def _wait_healthy(host: Host) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if host.process.poll() is not None:
+            pytest.fail(f"{host.host_id} exited with {host.process.returncode}:\n{host.stderr()}")
+        try:
+            if httpx.get(f"{host.url}/healthz", timeout=1.0).status_code == 200:
+                host.token = (host.state_dir / "admin.token").read_text().strip()
+                return
+        except (httpx.HTTPError, OSError):
+            pass
+        time.sleep(0.05)
+    host.kill()
+    pytest.fail(f"{host.host_id} not healthy after {START_TIMEOUT_S}s:\n{host.stderr()}")
+
+
+def pattern(lease_id: str, length: int) -> bytes:
+    """What a lease's holder writes into its bytes: its own id, repeated."""
+    unit = hashlib.sha256(lease_id.encode()).digest()
+    return unit * (length // len(unit))
+
+
+def write_pattern(path: Path, lease: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, pattern(lease["id"], lease["length"]), lease["offset"])
+    finally:
+        os.close(fd)
+
+
+def pattern_intact(path: Path, lease: dict[str, Any]) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, lease["length"], lease["offset"]) == pattern(lease["id"],
+                                                                         lease["length"])
+    finally:
+        os.close(fd)
+
+
+def run_fsck(database_url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "poold.cli.main", "fsck", "--state-dir",
+                           str(tmp_path / "fsck"), "--database-url", database_url],
+                          capture_output=True, text=True, timeout=60)

@@ -1,0 +1,268 @@
+"""Several `poold serve` processes (host-0, host-1, host-2) share one emulated device, one file
+mapped by all, through the real PostgreSQL: churn with no overlap, a SIGKILLed host's capacity
+back after host_ttl + grace and not before, a host cut off from the database by a proxy fenced
+before the others may use its bytes, and the database dropping every connection (the proxy's
+stand-in for a restart, which would disturb other tests on the shared server) during churn.
+
+Each holder writes its lease id over its whole extent and reads it back before releasing it, so
+two holders of one byte, or a scrub of a live lease, would show as a broken pattern.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from poold.types import MiB
+from tests.conftest import POSTGRES_URL
+from tests.multihost.hosts import (
+    Host,
+    pattern_intact,
+    run_fsck,
+    start_hosts,
+    write_pattern,
+)
+from tests.multihost.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.slow
+
+SIZE = 128 * MiB
+TTL_S, GRACE_S, TICK_S = 3.0, 2.0, 0.2
+ENV = {"POOLD_HOST_TTL_S": str(TTL_S), "POOLD_HOST_GRACE_S": str(GRACE_S),
+       "POOLD_REAP_INTERVAL_S": str(TICK_S), "POOLD_CLAIM_SLICE": "16MiB",
+       "POOLD_CLAIM_IDLE_S": "2"}
+SIZES = [2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB, 16 * MiB]
+
+
+def _target() -> tuple[str, int]:
+    hostport = POSTGRES_URL.split("@", 1)[1].split("/", 1)[0]
+    host, _, port = hostport.partition(":")
+    return host, int(port or 5432)
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    with TcpProxy(*_target()) as p:
+        yield p
+
+
+@pytest.fixture
+def shared_file(tmp_path: Path) -> Path:
+    return Path("/dev/shm") / f"poold-test-{tmp_path.name}-shared" if Path(
+        "/dev/shm").is_dir() else tmp_path / "shared"
+
+
+@pytest.fixture
+def cleanup(shared_file: Path) -> Iterator[list[Host]]:
+    hosts: list[Host] = []
+    yield hosts
+    for host in hosts:
+        host.stop()
+    shared_file.unlink(missing_ok=True)
+
+
+class Churn:
+    """Clients granting, writing, checking and releasing on several hosts; records what each
+    was told."""
+
+    def __init__(self, shared_file: Path) -> None:
+        self.file = shared_file
+        self.held: dict[str, tuple[Host, dict[str, Any]]] = {}
+        self.released: set[str] = set()
+        self.errors: list[str] = []
+        self.broken: list[str] = []
+        self.grants = 0
+        self.lock = threading.Lock()
+
+    def run(self, hosts: list[Host], threads_per_host: int, seconds: float) -> None:
+        stop = time.monotonic() + seconds
+        workers = [threading.Thread(target=self._client, args=(host, stop, random.Random(i)))
+                   for i, host in enumerate(hosts * threads_per_host)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(seconds + 60)
+
+    def _client(self, host: Host, stop: float, rng: random.Random) -> None:
+        mine: list[dict[str, Any]] = []
+        while time.monotonic() < stop:
+            try:
+                if not mine or (len(mine) < 6 and rng.random() < 0.6):
+                    response = host.grant(rng.choice(SIZES))
+                    if response.status_code == 201:
+                        lease = response.json()
+                        write_pattern(self.file, lease)
+                        mine.append(lease)
+                        with self.lock:
+                            self.held[lease["id"]] = (host, lease)
+                            self.grants += 1
+                    else:
+                        self._error(response.status_code, response.json()["error"])
+                    continue
+                lease = mine.pop(rng.randrange(len(mine)))
+                if not pattern_intact(self.file, lease):
+                    self.broken.append(lease["id"])
+                response = host.call("DELETE", f"/v1/leases/{lease['id']}")
+                if response.status_code == 200:
+                    with self.lock:
+                        self.held.pop(lease["id"])
+                        self.released.add(lease["id"])
+                else:
+                    mine.append(lease)  # not acknowledged: still ours, try again later
+                    self._error(response.status_code, response.json()["error"])
+                    time.sleep(0.05)
+            except Exception as exc:  # every surprise is recorded, and fails the test
+                self.errors.append(f"{host.host_id}: {type(exc).__name__}: {exc}")
+                time.sleep(0.05)
+
+    def _error(self, status: int, name: str) -> None:
+        if (status, name) == (507, "NoCapacity"):
+            time.sleep(0.01)
+            return
+        self.errors.append(f"{status} {name}")
+        time.sleep(0.05)
+
+    def check_ledger(self) -> None:
+        """Every acknowledged grant still held is active with its extent and bytes; every
+        acknowledged release is ended."""
+        assert not self.broken, f"patterns broken: {self.broken[:5]}"
+        for host, lease in self.held.values():
+            now = host.call("GET", f"/v1/leases/{lease['id']}").json()
+            assert now["state"] == "active", now
+            assert (now["offset"], now["length"], now["generation"]) == (
+                lease["offset"], lease["length"], lease["generation"])
+            assert pattern_intact(self.file, lease), lease["id"]
+
+
+def test_three_hosts_churn_on_one_shared_device_without_overlap(
+        tmp_path: Path, pg_url: str, shared_file: Path, cleanup: list[Host]) -> None:
+    hosts = start_hosts(tmp_path, [pg_url] * 3, shared_file, "128MiB", ENV)
+    cleanup.extend(hosts)
+    devices = hosts[0].call("GET", "/v1/devices").json()
+    assert len(devices) == 1 and devices[0]["host"] is None  # one ledger device, shared
+    churn = Churn(shared_file)
+    churn.run(hosts, threads_per_host=2, seconds=6.0)
+    assert churn.errors == []
+    assert churn.grants > 50
+    churn.check_ledger()
+    granted_by = {lease["host"] for _, lease in churn.held.values()}
+    report = run_fsck(pg_url, tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
+    assert set(listed) == {"host-0", "host-1", "host-2"}
+    assert all(h["state"] == "up" and h["heartbeat_age_s"] < TTL_S for h in listed.values())
+    assert granted_by <= set(listed)
+
+
+def test_a_killed_hosts_capacity_returns_after_ttl_plus_grace_not_before(
+        tmp_path: Path, pg_url: str, shared_file: Path, cleanup: list[Host]) -> None:
+    hosts = start_hosts(tmp_path, [pg_url] * 3, shared_file, "128MiB", ENV)
+    cleanup.extend(hosts)
+    whole = hosts[2].grant(SIZE)
+    assert whole.status_code == 201, whole.text
+    write_pattern(shared_file, whole.json())
+    assert hosts[0].grant(2 * MiB).status_code == 507
+    hosts[2].kill()
+    killed = time.monotonic()
+    while True:
+        response = hosts[0].grant(2 * MiB)
+        if response.status_code == 201:
+            back = time.monotonic() - killed
+            break
+        assert response.json()["error"] == "NoCapacity"
+        assert time.monotonic() - killed < TTL_S + GRACE_S + 15, "capacity never came back"
+        time.sleep(0.05)
+    # The last heartbeat was at most a tick (plus its commit) before the kill.
+    assert back >= TTL_S + GRACE_S - 2 * TICK_S, back
+    lease = response.json()
+    write_pattern(shared_file, lease)
+    assert hosts[1].grant(64 * MiB).status_code == 201  # the others use it too
+    listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
+    assert listed["host-2"]["state"] == "lost" and listed["host-2"]["live_leases"] == 0
+    old = hosts[0].call("GET", f"/v1/leases/{whole.json()['id']}").json()
+    assert old["state"] == "lost"
+    assert pattern_intact(shared_file, lease)
+    report = run_fsck(pg_url, tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+
+
+def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
+        tmp_path: Path, pg_url: str, shared_file: Path, proxy: TcpProxy,
+        cleanup: list[Host]) -> None:
+    hosts = start_hosts(tmp_path, [pg_url, pg_url, proxy.url_for(pg_url)], shared_file,
+                        "128MiB", ENV)
+    cleanup.extend(hosts)
+    cut_off = hosts[2]
+    whole = cut_off.grant(SIZE, ttl_s=600).json()
+    proxy.refuse()
+    cut = time.monotonic()
+    fenced_at = others_at = None
+    seen: set[str] = set()
+    while others_at is None:
+        elapsed = time.monotonic() - cut
+        assert elapsed < TTL_S + GRACE_S + 15, "nobody got the capacity"
+        if fenced_at is None:
+            answer = cut_off.call("POST", f"/v1/leases/{whole['id']}/keepalive")
+            assert answer.status_code == 503, answer.text
+            seen.add(answer.json()["error"])
+            if answer.json()["error"] == "HostFenced":
+                fenced_at = elapsed
+        response = hosts[0].grant(2 * MiB)
+        if response.status_code == 201:
+            others_at = elapsed
+        else:
+            assert response.json()["error"] == "NoCapacity"
+        time.sleep(0.05)
+    assert fenced_at is not None and fenced_at <= TTL_S + 1.0, (fenced_at, seen)
+    assert fenced_at < others_at, (fenced_at, others_at)
+    assert others_at >= TTL_S + GRACE_S - 2 * TICK_S
+    grant = cut_off.grant(2 * MiB)
+    assert (grant.status_code, grant.json()["error"]) == (503, "HostFenced")
+    # Healed: the fenced host sees its lease lost, rejoins, and grants again.
+    proxy.heal()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        response = cut_off.grant(2 * MiB)
+        if response.status_code == 201:
+            break
+        time.sleep(0.1)
+    assert response.status_code == 201, response.text
+    assert cut_off.call("GET", f"/v1/leases/{whole['id']}").json()["state"] in {
+        "lost", "scrubbing"}
+    listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
+    assert listed["host-2"]["state"] == "up"
+    report = run_fsck(pg_url, tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+
+
+def test_the_database_dropping_every_connection_during_churn_loses_nothing(
+        tmp_path: Path, pg_url: str, shared_file: Path, proxy: TcpProxy,
+        cleanup: list[Host]) -> None:
+    env = {**ENV, "POOLD_HOST_TTL_S": "8"}  # the outage is shorter: nobody is fenced
+    hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, shared_file, "128MiB", env)
+    cleanup.extend(hosts)
+    churn = Churn(shared_file)
+
+    def outage() -> None:
+        time.sleep(2.0)
+        proxy.refuse()
+        time.sleep(2.0)
+        proxy.heal()
+    breaker = threading.Thread(target=outage)
+    breaker.start()
+    churn.run(hosts, threads_per_host=2, seconds=8.0)
+    breaker.join()
+    unexpected = [e for e in churn.errors if e != "503 LedgerUnavailable"]
+    assert unexpected == []
+    assert churn.errors, "the outage was never seen"
+    churn.check_ledger()
+    for host in hosts:  # every host grants again
+        assert host.grant(2 * MiB).status_code == 201
+    report = run_fsck(pg_url, tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
