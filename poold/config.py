@@ -87,6 +87,46 @@ class Settings(BaseSettings):
         description="Where the emulated backing file lives. None: /dev/shm (tmpfs, so mapping it "
         "is memory speed), else state_dir.",
     )
+    emulate_path: Path | None = Field(
+        default=None,
+        description="The emulated device's backing file. None: <emulate_dir>/poold-<host_id>-emu0, "
+        "one per host. Several hosts that name the same file (and the same emulate_uid) share "
+        "one device, like hosts behind a CXL switch.",
+    )
+    emulate_uid: str | None = Field(
+        default=None,
+        description="Identity of the emulated device in the ledger. Set: the device is shared, "
+        "one ledger device for every host that names this uid (their claims and leases are "
+        "arbitrated in the ledger). None: emulated:<path>, this host's own device.",
+    )
+    shared_devices: list[str] = Field(
+        default_factory=list,
+        description="Globs on a device's identity (CXL serial based) or name: matching devices "
+        "are reachable from several hosts (multi-headed, behind a switch) and registered once, "
+        "owned by no host; their capacity is arbitrated between hosts by claims in the ledger.",
+    )
+    host_ttl_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds this host may go without writing its heartbeat to the ledger before "
+        "it fences itself: it grants nothing and tells its clients their leases are lost. Ten "
+        "reaper ticks, so a slow commit or two does not fence a healthy host.",
+    )
+    host_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds after host_ttl_s (ledger clock) before other hosts declare a silent "
+        "host lost and reclaim its capacity. Must cover how long a client of the fenced host "
+        "takes to hear its lease is lost: its keepalive period, a third of the longest lease "
+        "TTL in use (60 s by default: 20 s), plus a tick.",
+    )
+    claim_idle_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds a claim may hold no lease before this host gives it back to the "
+        "device. A host short of room takes idle claimed bytes of other hosts at once anyway; "
+        "this keeps the claim table small and the capacity view honest.",
+    )
     emulate_align: Bytes = Field(
         default=DEFAULT_ALIGN,
         description="Alignment of the emulated device in bytes: 2 MiB, like devdax on x86-64.",
@@ -137,6 +177,14 @@ class Settings(BaseSettings):
         "Every other pool scrubs on release: a lease's bytes are zeroed (the lease shows "
         "`scrubbing` meanwhile) before anyone else can be granted them. Only for a pool that one "
         "tenant uses alone, to save the zeroing.",
+    )
+    isolated_pools: dict[str, int] = Field(
+        default_factory=dict,
+        description="Pools whose every lease gets a dax device of its own, sized to the lease: "
+        'pool name -> id of the dynamic (hmem) dax region its devices are made in, e.g. '
+        '{"private" = 0}. The chardev a holder maps then covers nothing but its lease; the '
+        "device is destroyed when the lease has ended (after its scrub). Such a pool holds only "
+        "these devices: no device_pools rule may name it, and it is not the default_pool.",
     )
     sqlite_synchronous: str = Field(
         default="FULL",
@@ -207,6 +255,15 @@ class Settings(BaseSettings):
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _isolated_pools_apart(self) -> Settings:
+        shared = set(self.isolated_pools) & {self.default_pool, *self.device_pools.values()}
+        if shared:
+            raise ValueError(f"isolated pools {sorted(shared)} hold only the devices made for "
+                             "their leases: they cannot be the default_pool or a device_pools "
+                             "target")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from fnmatch import fnmatch
 from functools import partial
 from pathlib import Path
@@ -40,16 +41,19 @@ from poold.daemon.access import ensure_admin_credential, peer_policy
 from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
 from poold.daemon.hotplug import HotplugWatcher
+from poold.daemon.isolated import IsolatedLeases
+from poold.daemon.nodemem import NodeMemory
 from poold.daemon.peercred import PeerCredProtocol
 from poold.daemon.scrub import Scrubber
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import leases, reads, registry
+from poold.ledger import leases, reads, registry, sharing
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.liveness import Liveness
 from poold.models import Pool
 from poold.security import load_or_create_key
 from poold.types import EventKind
@@ -68,12 +72,15 @@ class Daemon:
             settings.ledger_url, host_id=settings.host_id, default_pool=settings.default_pool,
             clock=clock, synchronous=settings.sqlite_synchronous,
             batch_max=settings.commit_batch_max,
+            liveness=Liveness(settings.host_ttl_s, settings.host_grace_s),
         )
         self.ledger.start()
         self.metrics = Metrics(self.ledger)
         self._reclaims_lock = threading.Lock()
         # One device change or inventory rescan at a time: a rescan never sees a change half-done.
         self._inventory_lock = threading.Lock()
+        # Devices being made for an isolated pool's lease (devname -> pool), for _reconcile.
+        self._placing: dict[str, str] = {}
         self._events_seen = self._newest_event_id()
         try:
             specs: list[DeviceSpec] | None = self.discover()
@@ -86,8 +93,11 @@ class Daemon:
         self.hotplug = (HotplugWatcher(monitor, partial(self.rescan, trigger="udev"))
                         if monitor is not None else None)
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
-        self.scrubber = Scrubber(self.ledger, self.metrics)
-        self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key)
+        # Memfds bound to NUMA nodes: the memory of leases on system-ram devices.
+        self.node_memory = NodeMemory(settings.sysfs_root)
+        self.scrubber = Scrubber(self.ledger, self.metrics, self.node_memory)
+        self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key,
+                                  self.node_memory)
         self.auth: TokenAuthenticator | None = None
         self.admin_credential: Path | None = None
         if settings.auth == "token":
@@ -100,23 +110,33 @@ class Daemon:
                                        lease_key=self.lease_key, metrics=self.metrics,
                                        probe_timeout_s=settings.probe_timeout_s,
                                        auth=self.auth, max_body_bytes=settings.max_body_bytes)
+        self.isolated: IsolatedLeases | None = None
         if settings.discover_dax:  # admin device operations (api.routers.devices)
-            self.app.state.device_admin = DeviceOps(
-                self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
-                self._reconcile, self._inventory_lock)
+            ops = DeviceOps(self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
+                            self._reconcile, self._inventory_lock)
+            self.app.state.device_admin = ops
+            if settings.isolated_pools:  # grants in those pools (api.routers.leases)
+                self.isolated = IsolatedLeases(ops, settings.isolated_pools, self._placing)
+                self.app.state.lease_placer = self.isolated
 
     def discover(self) -> list[DeviceSpec]:
         """Every device this host offers now: the emulated one, and dax devices from sysfs."""
         specs = []
         s = self.settings
         if s.emulate_size:
-            directory = s.emulate_dir or default_backing_dir(s.emulate_size, s.state_dir)
-            path = Path(directory) / f"poold-{s.host_id}-emu0"
-            specs.append(spec_from_emulated(
-                ensure_emulated_device("emu0", path, s.emulate_size, s.emulate_align)))
+            path = s.emulate_path
+            if path is None:
+                directory = s.emulate_dir or default_backing_dir(s.emulate_size, s.state_dir)
+                path = Path(directory) / f"poold-{s.host_id}-emu0"
+            spec = spec_from_emulated(
+                ensure_emulated_device("emu0", path, s.emulate_size, s.emulate_align))
+            if s.emulate_uid is not None:
+                spec = replace(spec, uid=s.emulate_uid, shared=True)
+            specs.append(spec)
         if s.discover_dax:
             try:
-                specs.extend(specs_from_topology(scan(s.sysfs_root)))
+                specs.extend(replace(spec, shared=True) if _shared(spec, s.shared_devices)
+                             else spec for spec in specs_from_topology(scan(s.sysfs_root)))
             except DriverFailure:
                 # One unreadable attribute must not make every device look gone: keep the
                 # ledger as it is and try again at the next rescan.
@@ -169,9 +189,11 @@ class Daemon:
         pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
             name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
-        )) for name in (s.default_pool, *s.device_pools.values())}
+        )) for name in (s.default_pool, *s.device_pools.values(), *s.isolated_pools)}
 
         def pool_for(spec: DeviceSpec) -> Pool:
+            if spec.devname in self._placing:  # made for a lease of an isolated pool
+                return pools[self._placing[spec.devname]]
             for pattern, name in s.device_pools.items():
                 if fnmatch(spec.devname, pattern) or fnmatch(spec.uid, pattern):
                     return pools[name]
@@ -180,15 +202,34 @@ class Daemon:
         registry.reconcile_devices(tx, specs, pool_for)
 
     def tick(self) -> int:
-        """One reaper pass plus this host's heartbeat; returns how many leases it finalised."""
+        """This host's heartbeat, one reaper pass, lost hosts reclaimed, idle claims given back;
+        returns how many leases it finalised. After a fence (poold.ledger.liveness) the leases
+        its clients were told are lost are recorded lost before it grants again."""
+        liveness = self.ledger.liveness
+        assert liveness is not None
+        fenced, started = liveness.fenced, liveness.started()
+
         def command(tx: Tx) -> int:
             registry.register_host(tx, self.settings.host_name)
-            return leases.reap(tx)
+            if fenced:
+                lost = sharing.lose_own_leases(tx, "host fenced: no ledger for host_ttl")
+                log.warning("host.unfenced host=%s leases_lost=%d", tx.host_id, lost)
+            sharing.resync_space(tx)
+            reaped = leases.reap(tx)
+            sharing.reclaim_lost_hosts(tx)
+            sharing.release_idle_claims(tx, self.settings.claim_idle_s)
+            return reaped
         try:
             reaped = self.ledger.run(command)
         except LedgerUnavailable:
             self.metrics.ledger_error("reaper")
+            if liveness.fenced:
+                log.error("host.fenced host=%s silent_s=%.1f", self.settings.host_id,
+                          liveness.silent_s)
             raise
+        liveness.beat(started)
+        if fenced:
+            liveness.recovered()
         self.metrics.expiries.inc(reaped)
         return reaped
 
@@ -201,6 +242,9 @@ class Daemon:
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
                                                    partial(self.rescan, trigger="periodic"))))
+        if self.isolated is not None:
+            tasks.append(asyncio.create_task(every(s.reap_interval_s, "isolated-sweep",
+                                                   self.isolated.sweep)))
         watchdog_s = self.notifier.watchdog_period_s
         if watchdog_s is not None:
             probe = partial(ledger_problem, self.ledger, s.probe_timeout_s, self.metrics)
@@ -222,6 +266,7 @@ class Daemon:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self.ledger.close()
+            self.node_memory.close()
             log.info("daemon.stopped host=%s", s.host_id)
 
     def serve(self) -> None:
@@ -254,6 +299,10 @@ class Daemon:
         finally:
             uds_path.unlink(missing_ok=True)
             self.notifier.close()
+
+
+def _shared(spec: DeviceSpec, patterns: list[str]) -> bool:
+    return any(fnmatch(spec.uid, p) or fnmatch(spec.devname, p) for p in patterns)
 
 
 class _SystemdServer(uvicorn.Server):

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from poold.errors import (
+    HostFenced,
     IdempotencyConflict,
     InvalidRequest,
     LeaseExpired,
@@ -34,6 +35,7 @@ from poold.errors import (
     UnknownPool,
 )
 from poold.ledger import repository as repo
+from poold.ledger import sharing
 from poold.ledger.space import Catalog, HostSpace
 from poold.ledger.views import DeviceRecord, LeaseRecord, LeaseView, PoolRecord, effective_state
 from poold.pool import ExtentAllocator
@@ -48,8 +50,10 @@ from poold.types import (
 )
 
 REAP_BATCH = 500
-# Kinds whose chardev a client maps; system-ram devices are NUMA memory (leased in issue 4).
-MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED)
+# Kinds leases are granted on: devdax and emulated devices are mapped through their chardev;
+# a system-ram device is a NUMA node's memory, handed to the holder as a memfd bound to that node
+# (poold.daemon.nodemem). Every kind is accounted the same way: extents of the device's size.
+MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM)
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +76,11 @@ class Tx:
     snapshot: Catalog | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     session_used: bool = False
+    # Multi-host (poold.ledger.liveness): this host is fenced (grants nothing, its leases are
+    # lost); other hosts silent for lost_after_s are lost (None: never judge other hosts).
+    fenced: bool = False
+    lost_after_s: float | None = None
+    checked_claims: set[int] = field(default_factory=set)  # own claims locked in this transaction
 
     @property
     def session(self) -> Session:
@@ -195,6 +204,8 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
               tenant_only: str | None = None) -> LeaseView:
     """`tenant_only`: the caller is that tenant, and any other tenant's lease is unknown to it."""
     lease = _lease(tx, lease_id, tenant_only)
+    if tx.fenced and lease.host_id == tx.host_id:
+        raise HostFenced(f"lease {lease_id} is lost: host {tx.host_id} lost the ledger")
     pool = _pool_record(tx, lease.pool_id)
     ttl = _ttl(pool, ttl_s if ttl_s is not None else lease.ttl_s)
     expires_at = tx.now + timedelta(seconds=ttl)
@@ -362,22 +373,44 @@ def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
 
 def _place(tx: Tx, pool: PoolRecord, devices: Sequence[tuple[DeviceRecord, int]], size: int
            ) -> tuple[DeviceRecord, int, Extent] | None:
-    """Inside this host's claims first (no ledger round trip), else in a new claim."""
+    """Inside this host's claims first (no claim change), else in a new claim, else in a new
+    claim after making room (other hosts' idle claimed bytes, expired leases, lost hosts)."""
+    if tx.fenced:
+        raise HostFenced(f"host {tx.host_id} lost the ledger for longer than its host_ttl: "
+                         "it grants nothing until its heartbeat is back")
     for device, length in devices:
-        placed = tx.space.place(device.id, length)
+        placed = _place_in_claims(tx, device.id, length)
         if placed is not None:
             return device, placed[0], placed[1]
-    for device, length in devices:
-        if _claim(tx, pool, device, length):
-            placed = tx.space.place(device.id, length)
-            assert placed is not None
-            return device, placed[0], placed[1]
+    for short in (False, True):
+        for device, length in devices:
+            if _claim(tx, pool, device, length, make_room=short):
+                placed = _place_in_claims(tx, device.id, length)
+                if placed is not None:
+                    return device, placed[0], placed[1]
     return None
 
 
-def _claim(tx: Tx, pool: PoolRecord, device: DeviceRecord, length: int) -> bool:
-    """Claim a slice of the device big enough for `length`, placed among every host's claims."""
+def _place_in_claims(tx: Tx, device_id: int, length: int) -> tuple[int, Extent] | None:
+    """Best fit in this host's claims, in a claim the ledger confirms is still this host's
+    (another host may have trimmed or adopted it; then the space is reloaded and it tries
+    again)."""
+    for _ in range(3):
+        placed = tx.space.place(device_id, length)
+        if placed is None or sharing.claim_is_mine(tx, placed[0]):
+            return placed
+        tx.space.free(*placed)
+        sharing.resync_space(tx)
+    return None
+
+
+def _claim(tx: Tx, pool: PoolRecord, device: DeviceRecord, length: int,
+           make_room: bool = False) -> bool:
+    """Claim a slice of the device big enough for `length`, placed among every host's claims;
+    with `make_room`, after freeing what nobody uses (poold.ledger.sharing.make_room)."""
     device = repo.lock_device(tx.conn, device.id)  # and read it as it is now
+    if make_room:
+        sharing.make_room(tx, device)
     taken = ExtentAllocator(device.size, device.align)
     for claimed in repo.live_claim_extents(tx.conn, device.id):
         taken.reserve(claimed)
@@ -388,6 +421,7 @@ def _claim(tx: Tx, pool: PoolRecord, device: DeviceRecord, length: int) -> bool:
     claim_id = repo.insert_claim(tx.conn, device_id=device.id, host_id=tx.host_id,
                                  extent=extent, now=tx.now)
     tx.space.add_claim(claim_id, device.id, extent, device.align)
+    tx.checked_claims.add(claim_id)
     tx.event(EventKind.CLAIM_CREATED, "allocator", host_id=tx.host_id, device_id=device.id,
              claim_id=claim_id, offset=extent.offset, length=extent.length)
     return True

@@ -35,6 +35,10 @@ def register_host(tx: Tx, name: str) -> None:
         repo.add_event(tx.session, at=tx.now, kind=EventKind.HOST_REGISTERED, actor="daemon",
                        host_id=tx.host_id, name=name)
     else:
+        if host.state == HostState.LOST:  # back after others reclaimed what it held
+            repo.add_event(tx.session, at=tx.now, kind=EventKind.HOST_RECOVERED, actor="daemon",
+                           host_id=tx.host_id,
+                           silent_s=(tx.now - host.last_seen_at).total_seconds())
         host.name, host.state, host.last_seen_at = name, HostState.UP, tx.now
 
 
@@ -70,7 +74,7 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
         if device is None:
             _add_device(tx, spec, place(spec))
         else:
-            _update_device(tx, device, spec)
+            _update_device(tx, device, spec, place)
     for device in repo.list_devices(tx.session):
         gone = device.host_id == tx.host_id and device.uid not in seen
         if gone and repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
@@ -82,7 +86,8 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
 
 def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
     device = Device(
-        uid=spec.uid, host_id=tx.host_id, pool_id=pool.id, kind=spec.kind, devname=spec.devname,
+        uid=spec.uid, host_id=None if spec.shared else tx.host_id, pool_id=pool.id,
+        kind=spec.kind, devname=spec.devname,
         chardev=spec.chardev, size=spec.size, align=spec.align, numa_node=spec.numa_node,
         state=DeviceState.ONLINE, created_at=tx.now, updated_at=tx.now,
     )
@@ -93,13 +98,24 @@ def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
                    kind_=spec.kind, size=spec.size, chardev=spec.chardev)
 
 
-def _update_device(tx: Tx, device: Device, spec: DeviceSpec) -> None:
+def _update_device(tx: Tx, device: Device, spec: DeviceSpec,
+                   place: Callable[[DeviceSpec], Pool]) -> None:
     wanted: dict[str, object] = {
         "kind": spec.kind, "devname": spec.devname, "chardev": spec.chardev, "size": spec.size,
         "align": spec.align, "numa_node": spec.numa_node,
     }
+    if device.host_id is None:
+        # A shared device: each host may name it differently; the first host's names stay, and
+        # no host's view changes what other hosts' clients mapped.
+        wanted = {k: v for k, v in wanted.items() if k in ("size", "align")}
+        if spec.size < device.size:
+            wanted.pop("size")  # one host seeing less must not shrink it for everybody
     if device.state == DeviceState.MISSING:
+        # Back after it was gone (or a new device at a gone one's address, as when a dynamic dax
+        # region hands out the same range again): placed like a new device, so it does not
+        # inherit a pool its namesake was put in for another purpose (an isolated pool's).
         wanted["state"] = DeviceState.ONLINE
+        wanted["pool_id"] = place(spec).id
     changed = {k: v for k, v in wanted.items() if getattr(device, k) != v}
     if not changed:
         return
