@@ -80,7 +80,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield Served(daemon, url, credential.read_text().strip())
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop running in this thread
+# while it is open, and later tests (asyncio.run) must not find one.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     try:
         from playwright.sync_api import Error, sync_playwright
