@@ -48,6 +48,10 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "tls_certfile": ("unset (plain HTTP; keep listen on loopback)", "/etc/poold/tls/cert.pem"),
     "tls_keyfile": ("unset", "/etc/poold/tls/key.pem"),
     "unscrubbed_pools": ("none: every pool scrubs", ["scratch"]),
+    "emulate_path": ("<emulate_dir>/poold-<host_id>-emu0, one per host", "/shared/emu0"),
+    "emulate_uid": ("unset (the device is this host's own)", "emulated:shared-emu0"),
+    "shared_devices": ("none", ["cxl:serial:*"]),
+    "isolated_pools": ("none", {"private": 0}),
 }
 
 
