@@ -63,7 +63,7 @@ def pg_url() -> Iterator[str]:
             pytest.fail(f"PostgreSQL required but unreachable: {problem}")
         pytest.skip(f"PostgreSQL unreachable: {problem}")
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL)
+    admin = create_engine(POSTGRES_URL, pool_pre_ping=True)  # a test may restart the server
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema},public"

@@ -1,8 +1,8 @@
 """Several `poold serve` processes (host-0, host-1, host-2) share one emulated device, one file
 mapped by all, through the real PostgreSQL: churn with no overlap, a SIGKILLed host's capacity
 back after host_ttl + grace and not before, a host cut off from the database by a proxy fenced
-before the others may use its bytes, and the database dropping every connection (the proxy's
-stand-in for a restart, which would disturb other tests on the shared server) during churn.
+before the others may use its bytes, and the database dropping every connection during churn
+(test_pg_restart.py restarts the real server).
 
 Each holder writes its lease id over its whole extent and reads it back before releasing it, so
 two holders of one byte, or a scrub of a live lease, would show as a broken pattern.
@@ -50,21 +50,6 @@ def _target() -> tuple[str, int]:
 def proxy() -> Iterator[TcpProxy]:
     with TcpProxy(*_target()) as p:
         yield p
-
-
-@pytest.fixture
-def shared_file(tmp_path: Path) -> Path:
-    return Path("/dev/shm") / f"poold-test-{tmp_path.name}-shared" if Path(
-        "/dev/shm").is_dir() else tmp_path / "shared"
-
-
-@pytest.fixture
-def cleanup(shared_file: Path) -> Iterator[list[Host]]:
-    hosts: list[Host] = []
-    yield hosts
-    for host in hosts:
-        host.stop()
-    shared_file.unlink(missing_ok=True)
 
 
 class Churn:
