@@ -23,8 +23,14 @@ Cases
 - multiprocessing.shared_memory: one segment; one segment per block.
 - Redis on 127.0.0.1:6379 (database 9; only keys this run made are deleted): redis-py, and
   `redis-benchmark -d SIZE -c 1 -n N -t set,get --csv` (Debian redis-tools).
-- LMCache DaxCore and Mooncake when importable (never installed by this script); else their
-  published figures from docs are printed and marked as not measured here.
+- LMCache DaxCore (per key and 64 keys per call) and Mooncake (put_from / get_into) when
+  importable (never installed by this script); else their published figures from
+  shared/reference/peers.md are printed and marked as not measured here. They pull large
+  wheels, so install them into a separate venv and run the bench with its interpreter:
+      python3 -m venv /work/peers-venv && /work/peers-venv/bin/pip install torch==2.13.0
+      /work/peers-venv/bin/pip install -e . numpy redis matplotlib lmcache==0.5.6 \
+          mooncake-transfer-engine-non-cuda
+      /work/peers-venv/bin/python bench/data_path.py
 
 Slow cases are bounded: at most CAPS[case] blocks per pass (GB/s is still bytes / time). Needs
 numpy; redis-py and matplotlib are optional (`pip install redis matplotlib` into the venv).
@@ -669,9 +675,16 @@ class RedisBenchmark(Case):
 
 
 class LMCacheDax(Case):
-    """Only when lmcache is importable (it is never installed by this bench)."""
+    """Only when lmcache is importable (it is never installed by this bench).
+
+    Drives `lmcache.v1.storage_backend.dax.core.DaxCore` directly (LMCache 0.5.6's DAX/CXL
+    backend: a MAP_SHARED mapping of a device or file, fixed slots, ctypes.memmove per object) on
+    a file in /dev/shm, with the bench's page-aligned buffers wrapped as TensorMemoryObj views
+    (no copy). put_many treats an existing key as a no-op success, so every put pass starts from
+    force-deleted keys (checked)."""
 
     name = "LMCache DaxCore (put_many / load_many_into, 1 key per call)"
+    per_call = 1
 
     def setup(self, ctx: Ctx) -> None:
         super().setup(ctx)
@@ -683,47 +696,92 @@ class LMCacheDax(Case):
         )
         from lmcache.v1.storage_backend.dax.core import DaxCore
 
-        self.path = f"/dev/shm/poold-bench-lmcache-{os.getpid()}"
+        self.path = f"/dev/shm/poold-bench-lmcache-{os.getpid()}-{self.per_call}"
         with open(self.path, "wb") as f:
-            f.truncate(ctx.nbytes)
-        self.core = DaxCore(device_path=self.path, max_dax_size_bytes=ctx.nbytes,
+            f.truncate(self.nbytes)
+        self.core = DaxCore(device_path=self.path, max_dax_size_bytes=self.nbytes,
                             slot_bytes=ctx.bs)
 
         def objs(arr: np.ndarray) -> list[Any]:
             out = []
             for i in range(self.n):
                 t = torch.from_numpy(arr[i * ctx.bs:(i + 1) * ctx.bs])
+                # 0.5.6 sizes an object from shapes/dtypes (get_shapes asserts they are set).
                 meta = MemoryObjMetadata(shape=t.shape, dtype=torch.uint8,
                                          address=t.data_ptr(), phy_size=ctx.bs, ref_count=1,
-                                         fmt=MemoryFormat.BINARY)
+                                         fmt=MemoryFormat.BINARY, shapes=[t.shape],
+                                         dtypes=[torch.uint8])
                 out.append(TensorMemoryObj(t, meta, None))
             return out
 
         self.src_objs, self.dst_objs = objs(ctx.src), objs(ctx.dst)
         self.keys = [f"k{i}" for i in range(self.n)]
+        k = self.per_call
+        self.batches = [(self.keys[a:a + k], self.src_objs[a:a + k], self.dst_objs[a:a + k])
+                        for a in range(0, self.n, k)]
 
     def reset(self) -> None:
         self.core.delete_many(self.keys, force=True)
+        if any(self.core.exists_many(self.keys)):
+            raise RuntimeError("DaxCore keys survived delete_many(force=True)")
 
     def put(self) -> None:
-        for key, obj in zip(self.keys, self.src_objs, strict=True):
-            if not self.core.put_many([key], [obj])[0]:
+        put_many = self.core.put_many
+        for keys, srcs, _ in self.batches:
+            if not all(put_many(keys, srcs)):
                 raise RuntimeError("DaxCore put failed")
 
     def get(self) -> None:
-        for key, obj in zip(self.keys, self.dst_objs, strict=True):
-            if not self.core.load_many_into([key], [obj])[0]:
+        load = self.core.load_many_into
+        for keys, _, dsts in self.batches:
+            if not all(load(keys, dsts)):
                 raise RuntimeError("DaxCore load failed")
 
+    def check(self) -> None:
+        """Untimed, after the warm-up round: what get wrote equals what put read."""
+        check_round_trip(self)
+
     def teardown(self) -> None:
-        self.core.close()
-        os.unlink(self.path)
+        with contextlib.suppress(Exception):
+            self.core.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class LMCacheDaxBatched(LMCacheDax):
+    name = f"LMCache DaxCore (put_many / load_many_into, {BATCH} keys per call)"
+    per_call = BATCH
+
+
+def check_round_trip(case: Case) -> None:
+    """Scribble over the destination, get every block once more, compare with the source."""
+    n = case.nbytes
+    dst, src = case.ctx.dst, case.ctx.src
+    dst[:n] = 0xEE
+    case.get()
+    if not np.array_equal(dst[:n], src[:n]):
+        raise RuntimeError(f"{case.name}: data read back differs from data put")
+
+
+def mooncake_master_path() -> str | None:
+    """mooncake_master on PATH, or beside this interpreter (a venv that is not activated)."""
+    beside = Path(sys.executable).parent / "mooncake_master"
+    return shutil.which("mooncake_master") or (str(beside) if beside.exists() else None)
 
 
 class Mooncake(Case):
-    """Only when mooncake is importable and mooncake_master is on PATH (never installed here)."""
+    """Only when mooncake is importable and mooncake_master is found (never installed here).
+
+    Mooncake 0.3.13 (mooncake-transfer-engine-non-cuda): its master on loopback, one client
+    (P2PHANDSHAKE metadata, TCP protocol) that also mounts the segment the objects live in, so
+    client and segment share this process, as in shared/reference/peers.md. The master keeps a
+    10 s lease on an object after each get and put_from on an existing key returns 0 without
+    copying: every put pass starts from keys removed with force=True (checked)."""
 
     name = "Mooncake store over TCP (put_from / get_into)"
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
 
     def setup(self, ctx: Ctx) -> None:
         super().setup(ctx)
@@ -731,22 +789,35 @@ class Mooncake(Case):
 
         port = free_port()
         self.master = subprocess.Popen(
-            ["mooncake_master", f"--rpc_port={port}", "--rpc_address=127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)
+            [str(mooncake_master_path()), f"--rpc_port={port}", "--rpc_address=127.0.0.1",
+             # its metrics server defaults to 0.0.0.0:9003: off, and on a free port regardless
+             "--enable_metric_reporting=false", f"--metrics_port={free_port()}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.master.poll() is not None:
+                raise RuntimeError(f"mooncake_master exited with {self.master.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("mooncake_master did not come up")
+            time.sleep(0.1)
         self.store = MooncakeDistributedStore()
-        rc = self.store.setup("127.0.0.1", "P2PHANDSHAKE", 4 * ctx.nbytes, 4 * ctx.nbytes,
-                              "tcp", "", f"127.0.0.1:{port}")
+        segment = 4 * self.nbytes  # well above the working set
+        rc = self.store.setup("127.0.0.1", "P2PHANDSHAKE", segment, segment, "tcp", "",
+                              f"127.0.0.1:{port}")
         if rc:
             raise RuntimeError(f"mooncake setup returned {rc}")
         for arr in (ctx.src, ctx.dst):
-            self.store.register_buffer(arr.ctypes.data, arr.nbytes)
+            if self.store.register_buffer(arr.ctypes.data, arr.nbytes):
+                raise RuntimeError("mooncake register_buffer failed")
         self.keys = [f"k{i}" for i in range(self.n)]
 
     def reset(self) -> None:
-        for key in self.keys:
-            with contextlib.suppress(Exception):
-                self.store.remove(key)
+        OBJECT_NOT_FOUND = -704
+        codes = {self.store.remove(key, True) for key in self.keys} - {0, OBJECT_NOT_FOUND}
+        if codes:
+            raise RuntimeError(f"mooncake remove(force=True) returned {sorted(codes)}")
 
     def put(self) -> None:
         base, bs = self.ctx.src.ctypes.data, self.ctx.bs
@@ -760,11 +831,15 @@ class Mooncake(Case):
             if self.store.get_into(key, base + i * bs, bs) != bs:
                 raise RuntimeError("mooncake get_into failed")
 
+    def check(self) -> None:
+        check_round_trip(self)
+
     def teardown(self) -> None:
         with contextlib.suppress(Exception):
             self.store.close()
-        self.master.terminate()
-        self.master.wait(30)
+        with contextlib.suppress(Exception):
+            self.master.terminate()
+            self.master.wait(30)
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -790,11 +865,24 @@ def run_all(url: str, working_set: int, rounds: int, quick: bool,
     else:
         notes["Redis"] = f"nothing answers on {REDIS_HOST}:{REDIS_PORT}"
     if importlib.util.find_spec("lmcache") is not None:
-        cases.append(LMCacheDax())
+        cases += [LMCacheDax(), LMCacheDaxBatched()]
+        notes["LMCache DaxCore"] = (
+            "measured here: DaxCore driven directly (LMCache's own `lmcache bench l2 "
+            "--l2-adapter dax` fails on every store in 0.5.6) on a file in /dev/shm sized to "
+            "the working set, one slot per block; its mapping is not pre-faulted, the warm-up "
+            "round faults it in; this bench's buffers wrapped as TensorMemoryObj without a copy; "
+            "keys force-deleted before each put pass; data read back checked after warm-up")
     else:
         notes["LMCache DaxCore"] = "not installed"
-    if importlib.util.find_spec("mooncake") is not None and shutil.which("mooncake_master"):
-        cases.append(Mooncake())
+    if importlib.util.find_spec("mooncake") is not None and mooncake_master_path():
+        cases.append(Mooncake(cap=8192 // scale))
+        notes["Mooncake store"] = (
+            "measured here: mooncake_master on loopback, one client over TCP with P2PHANDSHAKE "
+            "metadata that also holds the segment (4x the working set), buffers registered, "
+            "put_from / get_into per block; keys removed with force=True before each put pass "
+            "(without force the 10 s lease blocks removal and put_from on an existing key "
+            f"returns 0 without copying); at most {8192 // scale} blocks per pass; data read "
+            "back checked after warm-up")
     else:
         notes["Mooncake store"] = "not installed"
 
@@ -815,7 +903,7 @@ def run_all(url: str, working_set: int, rounds: int, quick: bool,
                 try:
                     case.setup(ctx)
                     case.run()  # warm-up round, discarded
-                    if isinstance(case, KVBatched):
+                    if isinstance(case, KVBatched | LMCacheDax | Mooncake):
                         case.check()
                     live.append(case)
                 except Exception as exc:  # an optional peer that would not run
@@ -882,7 +970,8 @@ SHORT = {
     RawLeaseNT.name: "poold raw, non-temporal copies (diagnostic)",
     RedisPy.name: "Redis, redis-py",
     REDIS_C: "Redis, C client (redis-benchmark)",
-    LMCacheDax.name: "LMCache DaxCore",
+    LMCacheDax.name: "LMCache DaxCore (1 key/call)",
+    LMCacheDaxBatched.name: f"LMCache DaxCore ({BATCH} keys/call)",
     Mooncake.name: "Mooncake store",
 }
 
@@ -950,9 +1039,14 @@ def evaluate(results: Results) -> list[tuple[str, str, str]]:
           pair=(m, (KVB, "get"), (MEMCPY, "get")))
 
     if LMCacheDax.name in results.get(m, {}):
-        for op in ("put", "get"):
-            check(f"1 MiB {op} >= 1.0x LMCache DaxCore (measured), KV per block", None, 1.0,
-                  pair=(m, (KV1, op), (LMCacheDax.name, op)))
+        for kv, dax, what in ((KV1, LMCacheDax.name, "KV per block vs DaxCore 1 key/call"),
+                              (KVB, LMCacheDaxBatched.name,
+                               f"KV batched vs DaxCore {BATCH} keys/call")):
+            for op in ("put", "get"):
+                check(f"1 MiB {op} >= 1.0x LMCache DaxCore (measured here), {what}", None, 1.0,
+                      pair=(m, (kv, op), (dax, op)),
+                      note=f"{fmt(med(results, m, kv, op))} vs "
+                           f"{fmt(med(results, m, dax, op))} GB/s")
     else:
         pub = PUBLISHED["LMCache DaxCore"]
         for op, ref in (("put", pub[0]), ("get", pub[1])):
@@ -984,6 +1078,39 @@ def evaluate(results: Results) -> list[tuple[str, str, str]]:
     check("4 KiB batched put (put_many) >= 3 GB/s", put4k, 3.0, unit="GB/s",
           note=f"{fmt(put4k and 4096 / put4k / 1e3)} us per block; 3 GB/s needs 1.37")
     return rows
+
+
+def dist_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+def peers_line(results: Results) -> str:
+    """Which peers this run measured, with their versions, and which it only cites."""
+    ran = {name for bs in results for name in results[bs]}
+    measured, cited = [], []
+    for label, names, dist, shown in (
+            ("LMCache DaxCore", (LMCacheDax.name, LMCacheDaxBatched.name), "lmcache",
+             "lmcache"),
+            ("Mooncake store", (Mooncake.name,), "mooncake-transfer-engine-non-cuda",
+             "mooncake-transfer-engine-non-cuda"),
+            ("Redis", (RedisPy.name, REDIS_C), "redis", "client redis-py")):
+        if ran & set(names):
+            version = dist_version(dist)
+            measured.append(f"{label} ({shown} {version})" if version else label)
+        else:
+            cited.append(label)
+    torch_version = dist_version("torch")
+    return ("Peers measured in this run, side by side with poold: "
+            + (", ".join(measured) or "none")
+            + (f" (torch {torch_version} for LMCache's memory objects)"
+               if torch_version and "lmcache" in " ".join(measured) else "")
+            + ". Not measured here (published figures only, if any): "
+            + (", ".join(cited) or "none") + f". Interpreter: `{sys.executable}`.")
 
 
 def machine() -> dict[str, str]:
@@ -1047,6 +1174,7 @@ def write_report(out: Path, results: Results, order: list[str], notes: dict[str,
         f"Machine: `{m['uname']}`; {m['cpus']} CPUs, {m['model']}; load average at start "
         f"{info['load_start']}, at end {info['load_end']}. THP: `{m['thp']}`, shmem THP: "
         f"`{m['shmem_thp']}`. Python {platform.python_version()}, numpy {np.__version__}.", "",
+        peers_line(results), "",
         f"Working set {info['working_set'] // MiB} MiB per block size, {info['rounds']} rounds "
         "after one warm-up round; every case runs once per round, side by side, in an order "
         "that rotates each round. GB/s = 1e9 bytes/s, the median of the rounds. Ratios are "
@@ -1096,7 +1224,7 @@ def write_report(out: Path, results: Results, order: list[str], notes: dict[str,
               "| peer | put GB/s | get GB/s | KV per block / peer (put, get) "
               "| KV batched / peer (put, get) | source |", "|---|---|---|---|---|---|"]
     peers = [ShmOne.name, ShmPerBlock.name, RedisPy.name, REDIS_C, LMCacheDax.name,
-             Mooncake.name]
+             LMCacheDaxBatched.name, Mooncake.name]
     for peer in peers:
         if peer in results.get(MiB, {}):
             r1 = [paired(results, MiB, (KV1, op), (peer, op)) for op in ("put", "get")]
