@@ -44,6 +44,7 @@ from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.isolated import IsolatedLeases
 from poold.daemon.nodemem import NodeMemory
 from poold.daemon.peercred import PeerCredProtocol
+from poold.daemon.scrub import POLL_S as SCRUB_POLL_S
 from poold.daemon.scrub import Scrubber
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
@@ -237,7 +238,7 @@ class Daemon:
     async def _lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         s = self.settings
         tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick)),
-                 asyncio.create_task(every(s.reap_interval_s, "scrubber",
+                 asyncio.create_task(every(min(SCRUB_POLL_S, s.reap_interval_s), "scrubber",
                                            self.scrubber.run_once))]
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
