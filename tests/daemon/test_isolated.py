@@ -97,7 +97,7 @@ def test_destroyed_only_after_the_scrub(api: TestClient, kernel: FakeKernel, dae
     assert api.get(f"/v1/leases/{lease['id']}").json()["state"] == "scrubbing"
 
     zeroed: list[str] = []
-    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job: zeroed.append(job.chardev))
+    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job, _maps: zeroed.append(job.chardev))
     assert daemon.scrubber.run_once() == 1 and zeroed == ["/dev/dax0.4"]
     assert api.get(f"/v1/leases/{lease['id']}").json()["state"] == "released"
     assert daemon.isolated.sweep() == 1
@@ -112,7 +112,7 @@ def test_destroyed_only_after_the_scrub(api: TestClient, kernel: FakeKernel, dae
 def test_expiry_ends_the_device_too(api: TestClient, kernel: FakeKernel, daemon: Daemon,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     assert daemon.isolated is not None
-    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job: None)
+    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job, _maps: None)
     lease = grant(api, 2 * MiB, ttl_s=1).json()
     time.sleep(1.2)
     daemon.tick()  # the reaper: expired, then scrubbing
@@ -140,7 +140,7 @@ def test_a_new_device_at_a_gone_isolated_ones_address_is_not_isolated(
         api: TestClient, kernel: FakeKernel, daemon: Daemon,
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert daemon.isolated is not None
-    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job: None)
+    monkeypatch.setattr(daemon.scrubber, "_zero", lambda job, _maps: None)
     lease = grant(api, 8 * MiB).json()
     api.delete(f"/v1/leases/{lease['id']}")
     daemon.scrubber.run_once()
