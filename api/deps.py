@@ -30,9 +30,4 @@ async def get_ledger(request: Request) -> Ledger:
     return ledger_of(request)
 
 
-async def get_actor(request: Request) -> str:
-    return actor_of(request)
-
-
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
-ActorDep = Annotated[str, Depends(get_actor)]

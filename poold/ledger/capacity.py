@@ -20,12 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from poold.ledger import reads
 from poold.ledger import repository as repo
-from poold.models import Claim, Lease
-from poold.types import DeviceState, LeaseState
+from poold.types import DeviceState
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +81,6 @@ def split(size: int, claimed: int, leased: int, scrubbing: int, draining: bool) 
     return Split(size, leased, scrubbing, idle, free, 0)
 
 
-def _scrubbing_by_device(session: Session) -> dict[int, int]:
-    query = (select(Lease.device_id, func.sum(Lease.length))
-             .where(Lease.state == LeaseState.SCRUBBING).group_by(Lease.device_id))
-    return {device: int(total or 0) for device, total in session.execute(query)}
-
-
 def _add(total: Split, one: Split) -> Split:
     return Split(*(a + b for a, b in zip(
         (total.size, total.leased, total.scrubbing, total.idle, total.free, total.draining),
@@ -95,21 +88,18 @@ def _add(total: Split, one: Split) -> Split:
 
 
 def capacity(session: Session, now: datetime) -> Capacity:
-    names = repo.pool_names(session)
-    claimed = repo.live_usage(session, Claim, "device", None)
-    leased = repo.live_usage(session, Lease, "device", now)
-    scrubbing = _scrubbing_by_device(session)
-    devices = []
-    for d in repo.list_devices(session):
-        leased_bytes, live = leased.get(d.id, (0, 0))
-        devices.append(DeviceCapacity(
-            id=d.id, devname=d.devname, pool=names[d.pool_id], host=d.host_id, kind=d.kind,
-            state=d.state, numa_node=d.numa_node, align=d.align, live_leases=live,
-            bytes=split(d.size, claimed.get(d.id, (0, 0))[0], leased_bytes,
-                        scrubbing.get(d.id, 0), d.state == DeviceState.DRAINING),
-        ))
-    return Capacity(pools=[_pool(name, devices) for name in sorted(names.values())],
-                    devices=devices)
+    """From the same per-device counts as GET /v1/devices (reads.devices), split five ways."""
+    devices = [
+        DeviceCapacity(
+            id=d.id, devname=d.devname, pool=d.pool, host=d.host, kind=d.kind, state=d.state,
+            numa_node=d.numa_node, align=d.align, live_leases=d.live_leases,
+            bytes=split(d.size, d.claimed_bytes, d.leased_bytes, d.scrubbing_bytes,
+                        d.state == DeviceState.DRAINING),
+        )
+        for d in reads.devices(session, now)
+    ]
+    names = sorted(repo.pool_names(session).values())
+    return Capacity(pools=[_pool(name, devices) for name in names], devices=devices)
 
 
 def _pool(name: str, devices: list[DeviceCapacity]) -> PoolCapacity:
