@@ -17,7 +17,6 @@ import itertools
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ import pytest
 from poold import errors
 from poold.client.http import PooldClient
 from poold.types import MiB
+from tests.daemon_fixtures import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -85,19 +85,13 @@ class Daemon:
         self.process.wait(timeout=10)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path)}
 
 
 def start_daemon(ledger: LedgerAt, tmp_path: Path, name: str) -> Daemon:
     """`poold serve` on a free port, returned once GET /healthz answers."""
-    port = _free_port()
+    port = free_port()
     stderr_path = tmp_path / f"{name}.stderr"
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(

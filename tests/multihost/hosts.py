@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.daemon_fixtures import free_port
 
 SHARED_UID = "test:shared-emu"
 START_TIMEOUT_S = 30.0
@@ -52,12 +53,6 @@ class Host:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_hosts(tmp_path: Path, database_urls: list[str], shared_file: Path, size: str,
