@@ -103,11 +103,6 @@ def lookup(session: Session, token_id: str) -> TokenSecret | None:
                        secret_sha256=token.secret_sha256, revoked=token.revoked_at is not None)
 
 
-def has_admin_token(session: Session, _now: datetime) -> bool:
-    query = select(Token.id).where(Token.role == Role.ADMIN.value, Token.revoked_at.is_(None))
-    return session.execute(query.limit(1)).first() is not None
-
-
 # --- tenants and quotas ---------------------------------------------------------------------
 
 
@@ -139,9 +134,6 @@ def tenant(session: Session, name: str, now: datetime) -> TenantView:
 
 
 def _tenant_view(session: Session, tenant: Tenant, now: datetime) -> TenantView:
-    return _usage_view(tenant, *repo.tenant_usage(session.connection(), tenant.name, now))
-
-
-def _usage_view(tenant: Tenant, leased: int, live: int) -> TenantView:
+    leased, live = repo.tenant_usage(session.connection(), tenant.name, now)
     return TenantView(name=tenant.name, max_bytes=tenant.max_bytes,
                       max_leases=tenant.max_leases, leased_bytes=leased, live_leases=live)
