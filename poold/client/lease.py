@@ -1,8 +1,9 @@
 """Lease: one granted lease on the client side, kept alive in the background.
 
 The keepalive thread renews at a third of the TTL. If the daemon says the lease expired, was
-revoked or is unknown, or the daemon stays unreachable until the lease's own expiry, the lease is
-marked lost: `check()` raises LeaseLost and the holder must stop touching the memory.
+revoked or is unknown, or that its host is fenced from a shared ledger, or the daemon (or its
+ledger) stays unreachable until the lease's own expiry, the lease is marked lost: `check()`
+raises LeaseLost and the holder must stop touching the memory.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from poold.client.mapping import Mapping
 
 if TYPE_CHECKING:
     from poold.client.http import PooldClient
+
+# After a failed renewal that may pass (daemon or ledger unreachable), try again this soon.
+RETRY_S = 0.5
 
 
 class Lease:
@@ -88,16 +92,30 @@ class Lease:
         self.release()
 
     def _keepalive(self) -> None:
+        """Renew every third of the TTL, counted from when the last renewal was sent (the
+        ledger's new expiry is at least a TTL after that), so a slow answer does not push the
+        next one out. A daemon that cannot be reached, or whose ledger is down for a moment
+        (503 LedgerUnavailable, e.g. a database restart), is retried sooner until the lease's
+        own expiry; an answer that the lease is gone (expired, revoked, unknown, or this host
+        fenced from a shared ledger) loses it at once."""
         period = max(self.info.ttl_s / 3, 0.05)
         deadline = time.monotonic() + self.info.ttl_s
-        while not self._stop.wait(period):
+        wait = period
+        while not self._stop.wait(wait):
+            sent = time.monotonic()
             try:
                 self.info = self._client.keepalive(self.id)
-                deadline = time.monotonic() + self.info.ttl_s
-            except errors.TransportError as exc:
+            except errors.HostFenced as exc:
+                self.lost_reason = f"HostFenced: {exc.detail}"
+                return
+            except (errors.TransportError, errors.LedgerUnavailable) as exc:
                 if time.monotonic() >= deadline:
                     self.lost_reason = f"daemon unreachable until expiry ({exc})"
                     return
+                wait = min(period, RETRY_S)
+                continue
             except errors.PooldError as exc:
                 self.lost_reason = f"{type(exc).__name__}: {exc.detail}"
                 return
+            deadline = sent + self.info.ttl_s
+            wait = max(0.0, sent + period - time.monotonic())

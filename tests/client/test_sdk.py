@@ -9,6 +9,7 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -59,10 +60,61 @@ def test_numpy_view_is_zero_copy(client: PooldClient) -> None:
 
 
 def test_background_keepalive_outlives_the_ttl(client: PooldClient) -> None:
-    with client.lease(2 * MiB, ttl_s=1) as lease:
-        time.sleep(2.5)
+    with client.lease(2 * MiB, ttl_s=2) as lease:
+        time.sleep(5)
         lease.check()
         assert client.get_lease(lease.id).state == "active"
+        renewals = client.events(lease_id=lease.id, kind="lease.renewed")
+        assert len(renewals) >= 5  # every third of the TTL, not once per TTL
+
+
+class FailingKeepalives(httpx.BaseTransport):
+    """The seam between SDK and daemon: the next `count` keepalives get `answer` instead of
+    the daemon's; everything else goes through to the real daemon."""
+
+    def __init__(self, answer: httpx.Response | None, count: int) -> None:
+        self._real = httpx.HTTPTransport()
+        self._answer, self.left = answer, count
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/keepalive") and self.left > 0:
+            self.left -= 1
+            if self._answer is None:
+                raise httpx.ConnectError("connection refused", request=request)
+            return self._answer
+        return self._real.handle_request(request)
+
+
+def _unavailable(error: str) -> httpx.Response:
+    return httpx.Response(503, json={"error": error, "detail": "ledger down (injected)"})
+
+
+@pytest.mark.parametrize("answer", [_unavailable("LedgerUnavailable"), None],
+                         ids=["ledger-503", "unreachable"])
+def test_a_passing_outage_does_not_lose_the_lease(url: str, answer: httpx.Response | None
+                                                  ) -> None:
+    transport = FailingKeepalives(answer, count=3)
+    with PooldClient(url, transport=transport) as client, \
+            client.lease(2 * MiB, ttl_s=3) as lease:
+        deadline = time.monotonic() + 10
+        while transport.left and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert transport.left == 0
+        time.sleep(1.5)  # past the outage: renewals go through again
+        lease.check()
+        assert client.get_lease(lease.id).state == "active"
+
+
+def test_a_fenced_host_loses_the_lease_at_once(url: str) -> None:
+    transport = FailingKeepalives(_unavailable("HostFenced"), count=1)
+    with PooldClient(url, transport=transport) as client:
+        lease = client.lease(2 * MiB, ttl_s=3)
+        deadline = time.monotonic() + 5  # the first renewal comes after ttl/3
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(errors.LeaseLost, match="HostFenced"):
+            lease.check()
+        lease.release()
 
 
 def test_lease_without_keepalive_expires_within_one_reaper_period(client: PooldClient) -> None:
