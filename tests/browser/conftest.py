@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from poold.daemon import Daemon
+from tests.browser.peers import Peer
 from tests.daemon_fixtures import serving_daemon
 from tests.sysfs_trees import extract
 
@@ -68,16 +70,49 @@ class Served:
         return int(next(d["id"] for d in devices if d["devname"] == devname))
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    state = tmp_path_factory.mktemp("ui-daemon")
-    tree = extract(SYSFS_TREE, tmp_path_factory.mktemp("sysfs")) / "sys"
-    settings = {"sysfs_root": tree, "watch_udev": False, "auth": "token",
-                "device_pools": {"dax*": "cxl"}}
-    with serving_daemon(state, **settings) as (daemon, url):
+@contextmanager
+def serve(tmp: pytest.TempPathFactory, tree: str | None = SYSFS_TREE,
+          **settings: Any) -> Iterator[Served]:
+    """A daemon with token auth on a recorded sysfs tree (none: no dax devices), its dax devices
+    in pool "cxl"; `settings` override (sysfs_root, port, emulate_uid, ...)."""
+    state = tmp.mktemp("ui-daemon")
+    defaults: dict[str, Any] = {"watch_udev": False, "auth": "token",
+                                "device_pools": {"dax*": "cxl"}}
+    if tree is None:
+        defaults["discover_dax"] = False
+    elif "sysfs_root" not in settings:
+        defaults["sysfs_root"] = extract(tree, tmp.mktemp("sysfs")) / "sys"
+    with serving_daemon(state, **{**defaults, **settings}) as (daemon, url):
         credential = state / "admin.token"
         assert credential.exists(), "the daemon wrote no admin credential"
         yield Served(daemon, url, credential.read_text().strip())
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory) as served:
+        yield served
+
+
+@dataclass
+class Cluster:
+    """A served daemon whose emulated device is shared with a live second host, `peer`
+    ("host-b"), and a host silent for an hour, "host-gone", that the daemon declared lost."""
+
+    served: Served
+    peer: Peer
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with serve(tmp_path_factory, emulate_uid="test:shared-emu0") as served:
+        url = served.daemon.settings.ledger_url
+        peer, gone = Peer(url, "host-b"), Peer(url, "host-gone", silent_for_s=3600)
+        try:
+            yield Cluster(served, peer)
+        finally:
+            peer.close()
+            gone.close()
 
 
 # Package scope, not session: Playwright's sync API keeps an event loop running in this thread
@@ -130,3 +165,13 @@ def screenshot(page: Page, name: str) -> Path:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def human(n: int) -> str:
+    """Bytes as the UI writes them (app.js fmtBytes): binary units, one decimal below 100."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+    x, i = float(n), 0
+    while abs(x) >= 1024 and i < len(units) - 1:
+        x, i = x / 1024, i + 1
+    digits = 0 if i == 0 or x.is_integer() or x >= 100 else 1
+    return f"{x:.{digits}f} {units[i]}"

@@ -263,7 +263,7 @@ function splitBar(split, thin) {
   for (const kind of SPLIT) {
     if (split[kind] > 0 && kind !== "free") {
       el.append(h("span", {
-        class: `seg-${kind}`, style: { width: `${pct(split[kind], split.size)}%` },
+        class: `seg-${kind}`, "data-kind": kind, style: { width: `${pct(split[kind], split.size)}%` },
         title: `${SPLIT_LABEL[kind]}: ${fmtBytes(split[kind])} (${pct(split[kind], split.size).toFixed(1)} %)`,
       }));
     }
@@ -311,7 +311,8 @@ const overviewPage = {
       h("td", {}, d.pool), h("td", {}, d.host ?? "shared"), h("td", {}, stateBadge(d.state)),
       h("td", { class: "num" }, d.numa_node ?? "—"),
       h("td", { class: "num" }, fmtBytes(d.bytes.size)), h("td", {}, splitBar(d.bytes, true)),
-      SPLIT.map((k) => h("td", { class: "num" }, fmtBytes(d.bytes[k]))),
+      SPLIT.map((k) => h("td", { class: "num", "data-kind": k, "data-bytes": d.bytes[k] },
+        fmtBytes(d.bytes[k]))),
       h("td", { class: "num" }, d.live_leases)));
     st.devices.replaceChildren(table(cols, rows));
   },
@@ -326,9 +327,10 @@ function poolCard(pool) {
     h("h3", {}, `Pool ${pool.name}`, h("span", { class: "muted" }, ` · ${fmtBytes(b.size)}`)),
     h("div", { class: "muted" }, notes.join(" · ")),
     h("div", { style: { marginTop: "10px" } }, splitBar(b, false)),
-    h("div", { class: "figures" }, SPLIT.map((k) => h("div", { class: "figure", "data-kind": k },
-      h("span", { class: `swatch seg-${k}` }), SPLIT_LABEL[k],
-      h("b", {}, fmtBytes(b[k])), `${pct(b[k], b.size).toFixed(1)} %`))));
+    h("div", { class: "figures" }, SPLIT.map((k) => h("div", {
+      class: "figure", "data-kind": k, "data-bytes": b[k],
+    }, h("span", { class: `swatch seg-${k}` }), SPLIT_LABEL[k],
+    h("b", {}, fmtBytes(b[k])), h("span", { class: "share" }, `${pct(b[k], b.size).toFixed(1)} %`)))));
 }
 
 // Memory map -------------------------------------------------------------------------------------
