@@ -37,6 +37,7 @@ from drivers.topology import scan
 from drivers.udev import UdevMonitor, open_monitor
 from poold import db
 from poold.config import Settings
+from poold.daemon import reaper
 from poold.daemon.access import ensure_admin_credential, peer_policy
 from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
@@ -50,7 +51,7 @@ from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import leases, reads, registry, sharing
+from poold.ledger import reads, registry
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
@@ -203,34 +204,17 @@ class Daemon:
         registry.reconcile_devices(tx, specs, pool_for)
 
     def tick(self) -> int:
-        """This host's heartbeat, one reaper pass, lost hosts reclaimed, idle claims given back;
-        returns how many leases it finalised. After a fence (poold.ledger.liveness) the leases
-        its clients were told are lost are recorded lost before it grants again."""
-        liveness = self.ledger.liveness
-        assert liveness is not None
-        fenced, started = liveness.fenced, liveness.started()
-
-        def command(tx: Tx) -> int:
-            registry.register_host(tx, self.settings.host_name)
-            if fenced:
-                lost = sharing.lose_own_leases(tx, "host fenced: no ledger for host_ttl")
-                log.warning("host.unfenced host=%s leases_lost=%d", tx.host_id, lost)
-            sharing.resync_space(tx)
-            reaped = leases.reap(tx)
-            sharing.reclaim_lost_hosts(tx)
-            sharing.release_idle_claims(tx, self.settings.claim_idle_s)
-            return reaped
+        """One reaper tick (poold.daemon.reaper.tick: heartbeat, reaper, lost hosts, idle claims,
+        a fence lifted), counted and logged; returns how many leases it finalised."""
         try:
-            reaped = self.ledger.run(command)
+            reaped = reaper.tick(self.ledger, self.settings.host_name, self.settings.claim_idle_s)
         except LedgerUnavailable:
             self.metrics.ledger_error("reaper")
-            if liveness.fenced:
+            liveness = self.ledger.liveness
+            if liveness is not None and liveness.fenced:
                 log.error("host.fenced host=%s silent_s=%.1f", self.settings.host_id,
                           liveness.silent_s)
             raise
-        liveness.beat(started)
-        if fenced:
-            liveness.recovered()
         self.metrics.expiries.inc(reaped)
         return reaped
 

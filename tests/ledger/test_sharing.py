@@ -10,11 +10,12 @@ from functools import partial
 import pytest
 
 from poold import errors
+from poold.daemon import reaper
 from poold.inventory import DeviceSpec
-from poold.ledger import leases, reads, registry, sharing
+from poold.ledger import leases, reads
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
-from poold.ledger.leases import GrantRequest, Tx
+from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
 from poold.ledger.views import LeaseView
@@ -43,24 +44,8 @@ def release(ledger: Ledger, lease_id: str) -> None:
 
 
 def tick(ledger: Ledger, idle_s: float = 30.0) -> None:
-    """What the daemon's tick does (poold.daemon.app.Daemon.tick)."""
-    liveness = ledger.liveness
-    fenced = liveness.fenced if liveness else False
-    started = liveness.started() if liveness else 0.0
-
-    def command(tx: Tx) -> None:
-        registry.register_host(tx, tx.host_id)
-        if fenced:
-            sharing.lose_own_leases(tx, "fenced")
-        sharing.resync_space(tx)
-        leases.reap(tx)
-        sharing.reclaim_lost_hosts(tx)
-        sharing.release_idle_claims(tx, idle_s)
-    ledger.run(command)
-    if liveness is not None:
-        liveness.beat(started)
-        if fenced:
-            liveness.recovered()
+    """The daemon's own tick (poold.daemon.reaper, what Daemon.tick runs)."""
+    reaper.tick(ledger, ledger.host_id, idle_s)
 
 
 def hosts_on(make_ledger: LedgerFactory, n: int, spec: DeviceSpec = SHARED,
@@ -217,3 +202,46 @@ def test_a_host_that_ticks_is_never_lost(make_ledger: LedgerFactory, clock: Manu
         tick(a)
     assert lease_view(a, lease.id).state is LeaseState.ACTIVE
     assert {h.state for h in a.read(reads.hosts)} == {"up"}
+
+
+def test_another_hosts_expired_leases_are_reclaimed_before_a_refusal(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    a, b = hosts_on(make_ledger, 2)
+    held = [grant(b, 16 * MiB, ttl_s=5) for _ in range(4)]  # b holds the whole device
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    # Past their expiry by the ledger clock, and b has not ticked since: b's reaper has not
+    # finalised them. a, short of room, expires them itself instead of refusing.
+    clock.advance(6)
+    assert all(lease_view(a, lease.id).ended_at is None for lease in held)  # read as expired,
+    # not yet finalised
+    taken = grant(a, 48 * MiB)
+    assert taken.length == 48 * MiB
+    for lease in held:
+        view = lease_view(a, lease.id)
+        assert view.state is LeaseState.EXPIRED and view.ended_at is not None
+        assert view.host == "host-1"
+    expired = a.read(lambda s, _now: reads.events(s, kind="lease.expired"))
+    assert {e.lease_id: (e.host, e.details["expired_by"]) for e in expired} == {
+        lease.id: ("host-1", "host-0") for lease in held}
+    clean(a)
+    # b learns its claims were trimmed away and grants only what is left, without overlap.
+    more = grant(b, 16 * MiB)
+    assert not (more.offset < taken.offset + taken.length and taken.offset < more.offset + 16 * MiB)
+    with pytest.raises(errors.NoCapacity):
+        grant(b, 2 * MiB)
+    clean(b)
+
+
+def test_another_hosts_expired_leases_keep_their_bytes_until_scrubbed(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    a, b = hosts_on(make_ledger, 2, scrub=True)
+    held = [grant(b, 32 * MiB, ttl_s=5) for _ in range(2)]
+    clock.advance(6)
+    # Expired by a, but their bytes are not a's to reuse until b zeroed them.
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    assert {lease_view(a, lease.id).state for lease in held} == {LeaseState.SCRUBBING}
+    b.run(partial(leases.finish_scrub, lease_id=held[0].id))
+    assert grant(a, 32 * MiB).length == 32 * MiB
+    clean(a)
