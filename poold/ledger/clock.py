@@ -1,12 +1,15 @@
 """The ledger's clock: every expiry is judged by it, never by a client's or a host's clock.
 
-On PostgreSQL that is the database server's clock (shared by every host). A SQLite ledger lives
-on this host, so the host clock is the ledger's clock. Tests inject `ManualClock` at this seam.
+On PostgreSQL that is the database server's clock (shared by every host), read in the command's
+own transaction: a host whose clock is wrong still grants, expires and judges other hosts' silence
+by the server's. A SQLite ledger lives on this host, so the host clock is the ledger's clock.
+Tests inject `ManualClock` at this seam, or a skewed host clock into `DatabaseClock`.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -18,13 +21,23 @@ class LedgerClock(Protocol):
     def now(self, session: Session) -> datetime: ...
 
 
+def host_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class DatabaseClock:
+    """`host_clock`: this host's wall clock, the ledger's clock only where the ledger is SQLite
+    on this host (injectable, so a test can skew it and see PostgreSQL ignore it)."""
+
+    def __init__(self, host_clock: Callable[[], datetime] = host_now) -> None:
+        self._host_clock = host_clock
+
     def now(self, session: Session) -> datetime:
         if session.get_bind().dialect.name == "postgresql":
             value = session.execute(select(func.clock_timestamp())).scalar_one()
             assert isinstance(value, datetime)
             return value.astimezone(UTC)
-        return datetime.now(UTC)
+        return self._host_clock()
 
 
 class ManualClock:
