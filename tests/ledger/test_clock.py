@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, func, select
@@ -81,7 +82,7 @@ def tick(ledger: Ledger) -> None:
     reaper.tick(ledger, ledger.host_id, claim_idle_s=30.0)
 
 
-def test_the_host_clock_is_the_ledger_clock_only_on_sqlite(tmp_path: object, pg_url: str
+def test_the_host_clock_is_the_ledger_clock_only_on_sqlite(tmp_path: Path, pg_url: str
                                                            ) -> None:
     clock = DatabaseClock(host_clock=skewed(HOUR))
     sqlite = create_engine(f"sqlite:///{tmp_path}/clock.sqlite3")
