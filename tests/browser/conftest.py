@@ -148,7 +148,12 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @pytest.fixture
 def admin_page(page: Page, served: Served) -> Page:
-    """A tab logged in as the admin, on the overview."""
+    """A tab logged in as the admin of `served`, on the overview."""
+    return logged_in(page, served)
+
+
+def logged_in(page: Page, served: Served) -> Page:
+    """`page` logged in as the admin of `served`, on the overview."""
     log_in(page, served, served.admin_token)
     page.wait_for_selector("#page-overview .card.pool")
     return page
