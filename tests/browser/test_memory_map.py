@@ -1,0 +1,112 @@
+"""The memory map of a device two hosts share: leases coloured by tenant (two tenants, two
+colours; one tenant, one colour whichever host holds it), then by host when asked; claims by
+host; and a clicked lease's details: holder, size, age, expiry and generation, as the API has
+them."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from poold.types import MiB
+from tests.browser.conftest import Cluster, human, logged_in
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = pytest.mark.slow
+
+
+def colours(page: Page) -> dict[str, str]:
+    """Lease id -> its extent's drawn colour."""
+    found: dict[str, str] = page.eval_on_selector_all(
+        ".lane.leases .extent.lease", """els => Object.fromEntries(els.map((el) =>
+            [el.dataset.lease, getComputedStyle(el).backgroundColor]))""")
+    return found
+
+
+def claim_colours(page: Page, claims: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Host -> the colours its claims are drawn in."""
+    drawn: dict[str, str] = page.eval_on_selector_all(
+        ".lane.claims .extent.claim", """els => Object.fromEntries(els.map((el) =>
+            [el.dataset.claim, getComputedStyle(el).backgroundColor]))""")
+    by_host: dict[str, set[str]] = {}
+    for claim in claims:
+        by_host.setdefault(claim["host"], set()).add(drawn[str(claim["id"])])
+    return by_host
+
+
+def seconds(text: str) -> int:
+    units = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (d|h|min|s)\b", text))
+
+
+def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
+    served = cluster.served
+    a_here = served.grant(8 * MiB, tenant="team-a")["id"]
+    b_here = served.grant(6 * MiB, tenant="team-b")["id"]
+    a_there = cluster.peer.grant(4 * MiB, tenant="team-a").id
+    device = served.device_id()
+    logged_in(page, served)
+    page.goto(f"{served.url}/ui/#/map/{device}")
+    for lease_id in (a_here, b_here, a_there):
+        page.wait_for_selector(f'.extent.lease[data-lease="{lease_id}"]', timeout=3000)
+
+    by_tenant = colours(page)
+    assert by_tenant[a_here] == by_tenant[a_there]  # one tenant, one colour, on either host
+    assert by_tenant[a_here] != by_tenant[b_here]
+    assert "Leases, by tenant" in page.inner_text("#memory-map")
+    legend = page.inner_text("#memory-map .legend")
+    assert "tenant team-a" in legend and "tenant team-b" in legend
+
+    page.select_option("#map-colour", "host")
+    page.wait_for_selector("#memory-map >> text=Leases, by host", timeout=3000)
+    by_host = colours(page)
+    assert by_host[a_here] == by_host[b_here]  # one host, one colour, whatever the tenant
+    assert by_host[a_here] != by_host[a_there]
+    assert by_host != by_tenant
+    legend = page.inner_text("#memory-map .legend")
+    assert "host test-host" in legend and "host host-b" in legend
+    # A host's claims are drawn in its colour too.
+    claims = served.api("GET", f"/v1/devices/{device}/extents").json()["claims"]
+    claimed = claim_colours(page, claims)
+    assert claimed["test-host"] == {by_host[a_here]} and claimed["host-b"] == {by_host[a_there]}
+
+    page.select_option("#map-colour", "tenant")  # and back
+    page.wait_for_selector("#memory-map >> text=Leases, by tenant", timeout=3000)
+    assert colours(page) == by_tenant
+
+
+def details(page: Page) -> dict[str, str]:
+    found: dict[str, str] = page.eval_on_selector("#map-details dl", """dl => Object.fromEntries(
+        [...dl.querySelectorAll("dt")].map((dt) => [dt.textContent,
+          dt.nextElementSibling.textContent]))""")
+    return found
+
+
+def test_a_clicked_lease_shows_holder_size_age_expiry_and_generation(
+        page: Page, cluster: Cluster) -> None:
+    served = cluster.served
+    lease = served.grant(10 * MiB, tenant="team-details", ttl_s=900, labels={"job": "map"})
+    logged_in(page, served)
+    page.goto(f"{served.url}/ui/#/map/{lease['device_id']}")
+    page.click(f'.extent.lease[data-lease="{lease["id"]}"]', timeout=3000)
+    page.wait_for_selector(f'.extent.lease.selected[data-lease="{lease["id"]}"]')
+    shown = details(page)
+    now = datetime.now(UTC)
+    assert shown["id"] == lease["id"]
+    assert (shown["tenant"], shown["host"]) == ("team-details", "test-host")  # the holder
+    assert shown["size"] == human(10 * MiB)
+    assert shown["generation"] == str(lease["generation"])
+    assert shown["state"] == "active" and shown["labels"] == "job=map"
+    age = (now - datetime.fromisoformat(lease["granted_at"])).total_seconds()
+    assert abs(seconds(shown["age"]) - age) <= 3, shown["age"]
+    assert shown["expires"].startswith("in ")
+    left = (datetime.fromisoformat(lease["expires_at"]) - now).total_seconds()
+    assert abs(seconds(shown["expires"]) - left) <= 3, shown["expires"]
+    # The details follow the lease: revoked elsewhere, the page says it has ended.
+    served.api("POST", f"/v1/leases/{lease['id']}/revoke")
+    page.wait_for_selector("#map-details >> text=The selected lease has ended.", timeout=3000)
