@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from poold.client import Lease, LeaseLost, PooldClient
 from poold.types import MiB
 from tests.conftest import POSTGRES_URL
 from tests.multihost.hosts import (
@@ -38,6 +39,10 @@ ENV = {"POOLD_HOST_TTL_S": str(TTL_S), "POOLD_HOST_GRACE_S": str(GRACE_S),
        "POOLD_REAP_INTERVAL_S": str(TICK_S), "POOLD_CLAIM_SLICE": "16MiB",
        "POOLD_CLAIM_IDLE_S": "2"}
 SIZES = [2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB, 16 * MiB]
+# An SDK lease renews every third of its TTL: 3 s, so its first renewal after a cut falls near
+# host_ttl and it hears HostFenced within a retry (0.5 s), well before host_ttl + grace; its
+# expiry in the ledger (9 s after its last renewal) comes after the others reclaim it.
+SDK_TTL_S = 9
 
 
 def _target() -> tuple[str, int]:
@@ -59,7 +64,7 @@ class Churn:
     def __init__(self, shared_file: Path) -> None:
         self.file = shared_file
         self.held: dict[str, tuple[Host, dict[str, Any]]] = {}
-        self.released: set[str] = set()
+        self.released: dict[str, Host] = {}
         self.errors: list[str] = []
         self.broken: list[str] = []
         self.grants = 0
@@ -97,7 +102,7 @@ class Churn:
                 if response.status_code == 200:
                     with self.lock:
                         self.held.pop(lease["id"])
-                        self.released.add(lease["id"])
+                        self.released[lease["id"]] = host
                 else:
                     mine.append(lease)  # not acknowledged: still ours, try again later
                     self._error(response.status_code, response.json()["error"])
@@ -123,6 +128,10 @@ class Churn:
             assert (now["offset"], now["length"], now["generation"]) == (
                 lease["offset"], lease["length"], lease["generation"])
             assert pattern_intact(self.file, lease), lease["id"]
+        for lease_id, host in self.released.items():
+            now = host.call("GET", f"/v1/leases/{lease_id}").json()
+            # Released, or still being zeroed after its release: ended either way.
+            assert now["state"] in {"released", "scrubbing"} and now["ended_at"], now
 
 
 def test_three_hosts_churn_on_one_shared_device_without_overlap(
@@ -184,46 +193,67 @@ def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
                         "128MiB", ENV)
     cleanup.extend(hosts)
     cut_off = hosts[2]
-    whole = cut_off.grant(SIZE, ttl_s=600).json()
-    proxy.refuse()
-    cut = time.monotonic()
-    fenced_at = others_at = None
-    seen: set[str] = set()
-    while others_at is None:
-        elapsed = time.monotonic() - cut
-        assert elapsed < TTL_S + GRACE_S + 15, "nobody got the capacity"
-        if fenced_at is None:
-            answer = cut_off.call("POST", f"/v1/leases/{whole['id']}/keepalive")
-            assert answer.status_code == 503, answer.text
-            seen.add(answer.json()["error"])
-            if answer.json()["error"] == "HostFenced":
-                fenced_at = elapsed
-        response = hosts[0].grant(2 * MiB)
-        if response.status_code == 201:
-            others_at = elapsed
-        else:
-            assert response.json()["error"] == "NoCapacity"
-        time.sleep(0.05)
-    assert fenced_at is not None and fenced_at <= TTL_S + 1.0, (fenced_at, seen)
-    assert fenced_at < others_at, (fenced_at, others_at)
-    assert others_at >= TTL_S + GRACE_S - 2 * TICK_S
-    grant = cut_off.grant(2 * MiB)
-    assert (grant.status_code, grant.json()["error"]) == (503, "HostFenced")
-    # Healed: the fenced host sees its lease lost, rejoins, and grants again.
-    proxy.heal()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        response = cut_off.grant(2 * MiB)
-        if response.status_code == 201:
-            break
-        time.sleep(0.1)
-    assert response.status_code == 201, response.text
-    assert cut_off.call("GET", f"/v1/leases/{whole['id']}").json()["state"] in {
-        "lost", "scrubbing"}
+    whole = cut_off.grant(SIZE - 16 * MiB, ttl_s=600).json()
+    clients = [PooldClient(cut_off.url, token=cut_off.token) for _ in range(2)]
+    try:
+        sdk = [client.lease(8 * MiB, ttl_s=SDK_TTL_S) for client in clients]
+        proxy.refuse()
+        _fenced_window(cut_off, hosts[0], whole, sdk)
+        # Healed: the fenced host records its leases lost, rejoins, and grants again; until
+        # then it still grants nothing.
+        proxy.heal()
+        deadline = time.monotonic() + 20
+        while (response := cut_off.grant(2 * MiB)).status_code != 201:
+            assert (response.status_code, response.json()["error"]) == (503, "HostFenced")
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.1)
+        for lease in (whole, *(lease.info.model_dump() for lease in sdk)):
+            state = cut_off.call("GET", f"/v1/leases/{lease['id']}").json()["state"]
+            assert state in {"lost", "scrubbing"}, (lease["id"], state)
+        for lease in sdk:
+            lease.release()  # idempotent: it ended as lost
+    finally:
+        for client in clients:
+            client.close()
     listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
     assert listed["host-2"]["state"] == "up"
     report = run_fsck(pg_url, tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr
+
+
+def _fenced_window(cut_off: Host, other: Host, whole: dict[str, Any], sdk: list[Lease]) -> None:
+    """From the cut on: the cut-off host grants nothing (503, HostFenced from host_ttl on, never
+    anything else after), its SDK clients learn their leases are lost, and only after both does
+    another host get its bytes (host_ttl + grace); it stays fenced until the proxy heals."""
+    cut = time.monotonic()
+    fenced_at = learned_at = others_at = None
+    while others_at is None or time.monotonic() - cut < others_at + 1.5:
+        elapsed = time.monotonic() - cut
+        assert elapsed < TTL_S + GRACE_S + 15, "nobody got the capacity"
+        answer = cut_off.grant(2 * MiB)
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        if fenced_at is None and error == "HostFenced":
+            fenced_at = elapsed
+        assert error == ("HostFenced" if fenced_at is not None else "LedgerUnavailable"), error
+        if learned_at is None and all(lease.lost for lease in sdk):
+            learned_at = elapsed
+        if others_at is None:
+            response = other.grant(2 * MiB)
+            if response.status_code == 201:
+                others_at = elapsed
+            else:
+                assert response.json()["error"] == "NoCapacity"
+        time.sleep(0.05)
+    assert fenced_at is not None and fenced_at <= TTL_S + 1.0, fenced_at
+    assert learned_at is not None and learned_at < others_at, (fenced_at, learned_at, others_at)
+    assert others_at >= TTL_S + GRACE_S - 2 * TICK_S
+    for lease in sdk:
+        assert lease.lost_reason is not None and lease.lost_reason.startswith("HostFenced")
+        with pytest.raises(LeaseLost):
+            lease.check()
+    answer = cut_off.call("POST", f"/v1/leases/{whole['id']}/keepalive")
+    assert (answer.status_code, answer.json()["error"]) == (503, "HostFenced")
 
 
 def test_the_database_dropping_every_connection_during_churn_loses_nothing(
