@@ -618,7 +618,7 @@ async function createAction(region) {
 
 function kernelTables(topo, known) {
   const out = [];
-  const daxRows = (topo.dax_devices || []).map((d) => h("tr", {},
+  const daxRows = (topo.dax_devices || []).map((d) => h("tr", { "data-dax": baseName(d.chardev) },
     h("td", {}, d.chardev), h("td", {}, String(d.region_id)), h("td", {}, d.nd_region ?? "—"),
     h("td", {}, d.cxl_region ?? "—"),
     h("td", {}, d.memdevs ? d.memdevs.map((m) => m.memdev).join(", ") : "—"),
