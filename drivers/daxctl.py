@@ -214,9 +214,10 @@ class DaxControl:
             blocks = [b for b in self.memory_blocks(device) if b.state != "offline"]
             done, stuck = self._offline(name, blocks)
             if stuck:
-                self._online(name, done)  # as it was: all online
-                ids = ", ".join(f"memory{b.id}" for b in stuck)
-                raise KernelRefused(name, str(self._blocks_dir()), errno.EBUSY,
+                self._online(name, done, as_before=True)  # as it was: all online, same zones
+                ids = ", ".join(f"memory{b.id} ({errno.errorcode.get(code, code)})"
+                                for b, code in stuck)
+                raise KernelRefused(name, str(self._blocks_dir()), stuck[0][1],
                                     f"memory blocks would not offline: {ids}")
             self._unbind(name, KMEM)
         kmem = self.sysfs.path("bus", "dax", "drivers", KMEM)
@@ -231,26 +232,35 @@ class DaxControl:
                 raise
             log.exception("daxctl.rollback_failed dev=%s", name)
 
-    def _online(self, name: str, blocks: list[MemoryBlock]) -> None:
+    def _online(self, name: str, blocks: list[MemoryBlock], *, as_before: bool = False) -> None:
+        """Online movable; `as_before`: back into the zone each was in (an operator may have
+        onlined some as kernel memory), when undoing a partial offline."""
         for block in blocks:
             path = self._blocks_dir() / f"memory{block.id}" / "state"
-            self._write(f"{name}/memory{block.id}", path, "online_movable")
+            how = ("online_kernel" if as_before and block.zone == "Normal"
+                   else "online_movable")
+            self._write(f"{name}/memory{block.id}", path, how)
             if read_text(path) != "online":
                 raise KernelRefused(f"{name}/memory{block.id}", str(path), errno.EIO,
-                                    f"reads {read_text(path)!r} after online_movable")
+                                    f"reads {read_text(path)!r} after {how}")
 
     def _offline(self, name: str, blocks: list[MemoryBlock]
-                 ) -> tuple[list[MemoryBlock], list[MemoryBlock]]:
+                 ) -> tuple[list[MemoryBlock], list[tuple[MemoryBlock, int]]]:
+        """Offline each block: (those that went offline, those that would not with the kernel's
+        errno, EBUSY when the write passed but the block reads otherwise)."""
         done: list[MemoryBlock] = []
-        stuck: list[MemoryBlock] = []
+        stuck: list[tuple[MemoryBlock, int]] = []
         for block in blocks:
             path = self._blocks_dir() / f"memory{block.id}" / "state"
             try:
                 self._write(f"{name}/memory{block.id}", path, "offline")
-            except KernelRefused:
-                stuck.append(block)
+            except KernelRefused as exc:
+                stuck.append((block, exc.errno))
                 continue
-            (done if read_text(path) == "offline" else stuck).append(block)
+            if read_text(path) == "offline":
+                done.append(block)
+            else:
+                stuck.append((block, errno.EBUSY))
         return done, stuck
 
     def reconfigured(self, name: str) -> Reconfigured:

@@ -8,9 +8,13 @@ errno the kernel would. Only the attributes poold writes are modelled:
   (EBUSY for a bound or sized device and for daxN.0);
 - a device's size (EBUSY while bound, EINVAL misaligned, ENOSPC past available_size) and align;
 - bind, unbind, new_id, remove_id of device_dax and kmem (kmem hot-adds the memory blocks, offline);
-- memory blocks' state (online_movable, offline; `stuck` blocks refuse to offline with EBUSY).
+- memory blocks' state (online_movable and online_kernel, which set the zone valid_zones shows;
+  offline; `stuck` blocks refuse to offline with EBUSY).
 
-`fail` injects an errno for any write whose path ends with a given suffix.
+`fail` injects an errno for any write whose path ends with a given suffix. `misread` makes the next
+write to such a path succeed and then the attribute read back another value (a kernel that
+rounded or ignored it); `ignore` makes such writes succeed and change nothing (a bind whose probe
+never attached the driver).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class FakeKernel(Sysfs):
         shutil.copytree(source, root, symlinks=True)
         super().__init__(root)
         self.fail: dict[str, int] = {}
+        self.misread: dict[str, str] = {}
+        self.ignore: set[str] = set()
         self.stuck: set[int] = set()
         self.writes: list[tuple[str, str]] = []
         self.kmem_ids: set[str] = set()
@@ -52,7 +58,11 @@ class FakeKernel(Sysfs):
             for suffix, code in self.fail.items():
                 if rel.endswith(suffix):
                     raise _oserror(code)
+            if any(rel.endswith(suffix) for suffix in self.ignore):
+                return
             self._apply(rel, value.strip())
+            for suffix in [s for s in self.misread if rel.endswith(s)]:
+                path.write_text(self.misread.pop(suffix) + "\n")  # once: the undo reads true
         except OSError as exc:
             raise KernelRefused(device, str(path), exc.errno or 0,
                                 f"writing {value!r} refused: {exc.strerror}") from exc
@@ -256,8 +266,10 @@ class FakeKernel(Sysfs):
             if index in self.stuck:
                 raise _oserror(errno.EBUSY)
             (block / "state").write_text("offline\n")
-        elif value == "online_movable":
+        elif value in ("online_movable", "online_kernel"):
             (block / "state").write_text("online\n")
+            zone = "Movable" if value == "online_movable" else "Normal"
+            (block / "valid_zones").write_text(f"{zone}\n")
         else:
             raise _oserror(errno.EINVAL)
         node = next(int(p.name[4:]) for p in block.iterdir() if p.name.startswith("node"))

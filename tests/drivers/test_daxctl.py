@@ -203,3 +203,68 @@ def test_plain_write_names_device_path_and_errno(tmp_path: Path) -> None:
     assert caught.value.errno == errno.ENOENT
     assert "dax9.9" in str(caught.value) and "ENOENT" in str(caught.value)
     assert str(tmp_path / "missing" / "size") in str(caught.value)
+
+
+# A write the kernel accepts is still read back: when the attribute then disagrees, the
+# operation fails naming the device and the attribute, and is undone like any other failure.
+
+def test_create_whose_size_reads_back_otherwise_is_undone(kernel: FakeKernel,
+                                                          dax: DaxControl) -> None:
+    before = kernel.snapshot()
+    kernel.misread["dax0.4/size"] = str(126 * MiB)  # the write passed; the kernel shows another
+    with pytest.raises(KernelRefused) as caught:
+        dax.create_device(0, 128 * MiB)
+    assert (caught.value.device, caught.value.errno) == ("dax0.4", errno.EIO)
+    message = str(caught.value)
+    assert str(kernel.root / "bus/dax/devices/dax0.4/size") in message
+    assert "wrote 134217728, reads back 132120576" in message and "EIO" in message
+    assert kernel.snapshot() == before  # sized back to 0 and deleted
+    assert "dax0.4" not in devices(dax)
+
+
+def test_resize_whose_size_reads_back_otherwise_is_restored(kernel: FakeKernel,
+                                                            dax: DaxControl) -> None:
+    before = kernel.snapshot()
+    kernel.misread["dax0.3/size"] = str(192 * MiB)
+    with pytest.raises(KernelRefused, match=r"dax0.3/size: dax0.3: wrote 134217728, reads back "
+                                            r"201326592 \[EIO") as caught:
+        dax.resize_device("dax0.3", 128 * MiB)
+    assert caught.value.errno == errno.EIO
+    assert kernel.snapshot() == before  # 256 MiB again, bound again
+    assert devices(dax)["dax0.3"] == (256 * MiB, "device_dax")
+
+
+def test_create_whose_bind_attaches_no_driver_is_undone(kernel: FakeKernel,
+                                                        dax: DaxControl) -> None:
+    before = kernel.snapshot()
+    kernel.ignore.add("device_dax/bind")  # accepted, yet no driver link appears
+    with pytest.raises(KernelRefused, match=r"dax0.4/driver: dax0.4: driver is none, expected "
+                                            r"device_dax \[EIO"):
+        dax.create_device(0, 128 * MiB)
+    assert kernel.snapshot() == before
+
+
+def test_block_that_reads_offline_after_onlining_hands_the_device_back(
+        kernel: FakeKernel, dax: DaxControl) -> None:
+    before = kernel.snapshot()
+    kernel.misread["memory35/state"] = "offline"
+    with pytest.raises(KernelRefused, match=r"memory35/state: dax0.2/memory35: reads 'offline' "
+                                            r"after online_movable \[EIO"):
+        dax.to_system_ram("dax0.2")
+    assert kernel.snapshot() == before and kernel.kmem_ids == set()
+
+
+def test_a_partial_offline_puts_blocks_back_in_the_zone_they_were_in(
+        kernel: FakeKernel, dax: DaxControl) -> None:
+    dax.to_system_ram("dax0.2")
+    for block in (34, 35):  # an operator onlined them as kernel memory (daxctl --no-movable)
+        state = kernel.root / f"devices/system/memory/memory{block}/state"
+        kernel.write(state, "offline", "test")
+        kernel.write(state, "online_kernel", "test")
+    assert dax.device("dax0.2")[1].movable is False
+    online = kernel.snapshot()
+    kernel.stuck.add(35)
+    with pytest.raises(KernelRefused, match=r"would not offline: memory35 \(EBUSY\)") as caught:
+        dax.to_devdax("dax0.2")
+    assert caught.value.errno == errno.EBUSY
+    assert kernel.snapshot() == online  # memory34 back online, in Normal, not Movable
