@@ -30,6 +30,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.Conflict: 409,
     errors.LeaseNotActive: 409,
     errors.IdempotencyConflict: 409,
+    errors.DeviceDraining: 409,
     errors.LeaseExpired: 410,
     errors.NotLeaseHolder: 403,
     errors.Unauthenticated: 401,

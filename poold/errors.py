@@ -106,6 +106,11 @@ class DeviceBusy(Conflict):
     answered EBUSY: drain it and let the leases end, or revoke them, then retry."""
 
 
+class DeviceDraining(Conflict):
+    """The device asked for is draining: it takes no new lease until an admin undrains it (its
+    live leases run on). Another device of the pool, or no `device` hint, may serve the grant."""
+
+
 class RegionFull(Conflict):
     """The dax region has less available than the size asked; destroy or shrink a device."""
 

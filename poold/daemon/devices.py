@@ -1,9 +1,11 @@
 """Changing capacity at run time: the daemon's side of the admin device operations.
 
-Owns the order of each operation (hold the device in the ledger, change the kernel through
-drivers.daxctl, reconcile the inventory and record the change in one ledger transaction) and the
-translation of kernel refusals into poold's errors. One operation at a time, and no inventory
-rescan in the middle of one (they share `lock`), so a half-done change is never reconciled.
+Owns the order of each operation (hold the device in the ledger writer, change the kernel through
+drivers.daxctl, release its idle claims, reconcile the inventory and record the change in one
+ledger transaction, let the hold go) and the translation of kernel refusals into poold's errors. A
+refusal, before or after the hold, leaves the ledger as it was: the hold writes nothing. One
+operation at a time, and no inventory rescan in the middle of one (they share `lock`), so a
+half-done change is never reconciled.
 Leaves alone: the sysfs writes themselves (drivers.daxctl) and what the ledger checks
 (poold.ledger.devices).
 """
@@ -75,7 +77,7 @@ class DeviceOps:
             device = self.dax.create_device(region, size, align)
         except DriverFailure as exc:
             raise translate(exc) from exc
-        held = Held(device.chardev, None, None, "create")
+        held = Held(device.chardev, None, "create")
         if placing is not None and "pool" in details:
             placing[device.chardev] = details["pool"]
         try:
@@ -138,23 +140,29 @@ class DeviceOps:
             raise translate(exc) from exc
         held = self.ledger.run(partial(devices.hold, devname=devname, actor=actor,
                                        operation=operation))
+        # Let the hold go however this ends. Once the kernel changed, a ledger that failed to
+        # record it learns it from the rescan the kernel's own uevents trigger.
         try:
-            action()
-        except DriverFailure as exc:
-            self.ledger.run(partial(devices.give_back, held=held, actor=actor, error=str(exc)))
-            log.warning("device.%s_refused dev=%s error=%s", operation, devname, exc)
-            raise translate(exc) from exc
-        self._finish(held, kind, actor, **details)
+            try:
+                action()
+            except DriverFailure as exc:
+                log.warning("device.%s_refused dev=%s error=%s", operation, devname, exc)
+                raise translate(exc) from exc
+            self._finish(held, kind, actor, **details)
+        finally:
+            devices.give_back(self.ledger.writer.held_devices, held)
         log.info("device.%s dev=%s actor=%s %s", operation, devname, actor, details)
 
     def _finish(self, held: Held, kind: EventKind, actor: str, **details: Any) -> None:
-        """Reconcile with what the kernel shows now and record the change, in one transaction."""
+        """Release the device's idle claims, reconcile with what the kernel shows now and record
+        the change, in one transaction."""
         try:
             specs = self._discover()
         except DriverFailure as exc:
             raise translate(exc) from exc
 
         def command(tx: Tx) -> None:
+            devices.release_claims(tx, held, actor)
             self._reconcile(tx, specs)
             devices.finish(tx, held, kind, actor, **details)
 

@@ -2,11 +2,17 @@
 changes it in the kernel (create, resize, destroy, reconfigure).
 
 Ledger commands (functions of `Tx`) run by the writer; none commits. A drained device gets no new
-leases (the grant path leases from online devices only) while its live leases run to release,
-expiry or revocation. A held device is drained for the time of a kernel change, after checking in
-the same transaction that it has no live lease and releasing this host's idle claims on it, so no
-grant can land between the check and the change. Leaves alone: the kernel (poold.daemon.devices
-does the sysfs side) and inventory reconciliation (poold.ledger.registry).
+leases (the grant path leases from online devices only, and names a draining device when only it
+could serve) while its live leases run to release, expiry or revocation.
+
+A held device is one the daemon is about to change in the kernel: `hold` checks, in the writer,
+that no lease holds bytes on it and puts it in the writer's in-memory `held` set, which the grant
+path skips, so no grant lands between the check and the change. The hold writes nothing: a
+change the kernel refuses leaves the ledger exactly as it was (`give_back` only forgets the
+hold), and a crash mid-change leaves no device stuck in a state nobody will undo. `finish`
+releases this host's idle claims on the device and records the change, in the transaction that
+reconciles the inventory. Leaves alone: the kernel (poold.daemon.devices does the sysfs side) and
+inventory reconciliation (poold.ledger.registry).
 """
 
 from __future__ import annotations
@@ -30,11 +36,10 @@ from poold.types import DeviceState, EventKind
 @dataclass(frozen=True, slots=True)
 class Held:
     """A device held for a kernel change: its id (None when the ledger does not know it: a
-    disabled or size-0 device) and the state to return it to."""
+    disabled or size-0 device, or one being created)."""
 
     devname: str
     device_id: int | None
-    before: DeviceState | None
     operation: str
 
 
@@ -71,55 +76,49 @@ def undrain(tx: Tx, devname: str, actor: str) -> None:
 
 def hold(tx: Tx, devname: str, actor: str, operation: str) -> Held:
     """Refuse (DeviceBusy) if a lease holds bytes on the device (live, or still being scrubbed
-    after its end); else release this host's idle claims
-    on it and drain it until `finish` or `give_back`."""
-    leases.reap(tx)  # a lease past expires_at holds nothing any more
+    after its end); else hold it (tx.held) until `finish` or `give_back`. Writes nothing but
+    what the reaper would: a lease past expires_at is finalised first, since it holds nothing."""
+    leases.reap(tx)
     device = repo.device_by_devname(tx.session, tx.host_id, devname)
     if device is None or device.state == DeviceState.MISSING:
-        return Held(devname, None if device is None else device.id, None, operation)
+        return Held(devname, None if device is None else device.id, operation)
     live = repo.holding_leases_on_device(tx.session, device.id)
     if live:
         ids = ", ".join(f"{lease.id} {lease.state}" for lease in live[:5])
         raise DeviceBusy(f"{devname} holds {len(live)} live lease(s) ({ids}): cannot {operation}"
                          f" it; drain it and let them end, or revoke them")
-    for claim_id, offset, length in repo.release_idle_claims(tx.session, device.id, tx.host_id,
-                                                             tx.now):
+    if device.id in tx.held:  # DeviceOps runs one operation at a time: this is a bug
+        raise DeviceBusy(f"{devname} is already held for another operation")
+    tx.held.add(device.id)
+    return Held(devname, device.id, operation)
+
+
+def give_back(held_devices: set[int], held: Held) -> None:
+    """The kernel change failed (and was undone there) or is recorded: grants may use the device
+    again. Safe from any thread: it only drops an id from the writer's set."""
+    if held.device_id is not None:
+        held_devices.discard(held.device_id)
+
+
+def release_claims(tx: Tx, held: Held, actor: str) -> None:
+    """The kernel change is done: this host's idle claims on the device end (the inventory,
+    reconciled next in the same transaction, then sees a device nobody claims)."""
+    if held.device_id is None:
+        return
+    for claim_id, offset, length in repo.release_idle_claims(tx.session, held.device_id,
+                                                             tx.host_id, tx.now):
         tx.space.drop_claim(claim_id)
         repo.add_event(tx.session, at=tx.now, kind=EventKind.CLAIM_RELEASED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, claim_id=claim_id,
-                       offset=offset, length=length, reason=operation)
-    before = DeviceState(device.state)
-    if repo.change_device_state(tx.session, device.id, DeviceState.ONLINE, DeviceState.DRAINING,
-                                tx.now):
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_DRAINED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, devname=devname, live_leases=0,
-                       reason=operation)
-    return Held(devname, device.id, before, operation)
-
-
-def give_back(tx: Tx, held: Held, actor: str, error: str) -> None:
-    """The kernel change failed: the device is as it was, and so is its ledger state."""
-    _restore(tx, held, actor, failed=error)
+                       host_id=tx.host_id, device_id=held.device_id, claim_id=claim_id,
+                       offset=offset, length=length, reason=held.operation)
 
 
 def finish(tx: Tx, held: Held, kind: EventKind, actor: str, **details: Any) -> None:
-    """The kernel change is done (and the inventory reconciled in this same transaction): the
-    device returns to its state before the hold, and the change is recorded."""
-    _restore(tx, held, actor)
+    """Record the change (after `release_claims` and the reconcile, in their transaction)."""
     device = repo.device_by_devname(tx.session, tx.host_id, held.devname)
     repo.add_event(tx.session, at=tx.now, kind=kind, actor=actor, host_id=tx.host_id,
                    device_id=device.id if device is not None else held.device_id,
                    devname=held.devname, **details)
-
-
-def _restore(tx: Tx, held: Held, actor: str, **details: Any) -> None:
-    if held.device_id is None or held.before != DeviceState.ONLINE:
-        return
-    if repo.change_device_state(tx.session, held.device_id, DeviceState.DRAINING,
-                                DeviceState.ONLINE, tx.now):
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_UNDRAINED, actor=actor,
-                       host_id=tx.host_id, device_id=held.device_id, devname=held.devname,
-                       after=held.operation, **details)
 
 
 def view(session: Session, now: datetime, host_id: str, devname: str) -> DeviceView | None:

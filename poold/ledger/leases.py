@@ -17,12 +17,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from poold.errors import (
+    DeviceBusy,
+    DeviceDraining,
     HostFenced,
     IdempotencyConflict,
     InvalidRequest,
@@ -81,6 +83,9 @@ class Tx:
     fenced: bool = False
     lost_after_s: float | None = None
     checked_claims: set[int] = field(default_factory=set)  # own claims locked in this transaction
+    # Devices an admin operation is changing in the kernel (poold.ledger.devices.hold): the
+    # writer's own set, shared by every Tx, so no grant lands on them meanwhile.
+    held: set[int] = field(default_factory=set)
 
     @property
     def session(self) -> Session:
@@ -355,7 +360,7 @@ def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
     lease's length rounded up to each device's align."""
     devices = [
         d for d in tx.catalog.devices_in(pool.id)
-        if d.state == DeviceState.ONLINE and d.host_id in (None, tx.host_id)
+        if d.host_id in (None, tx.host_id)
         and d.kind in MAPPABLE_KINDS and request.device in (None, d.devname)
         and request.numa_node in (None, d.numa_node)
     ]
@@ -363,12 +368,31 @@ def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
     fitting = [(d, n) for d, n in fitting if n <= d.size]
     if pool.max_lease_size is not None:
         fitting = [(d, n) for d, n in fitting if n <= pool.max_lease_size]
-    if not fitting:
-        where = "matching the hints " if request.device or request.numa_node is not None else ""
-        raise LeaseTooLarge(
-            f"no online device {where}in pool {pool.name!r} can hold {request.size} bytes"
-        )
-    return fitting
+    usable = [(d, n) for d, n in fitting if d.state == DeviceState.ONLINE and d.id not in tx.held]
+    if not usable:
+        _refuse_unplaceable(tx, pool, request, [d for d, _n in fitting])
+    return usable
+
+
+def _refuse_unplaceable(tx: Tx, pool: PoolRecord, request: GrantRequest,
+                        fitting: list[DeviceRecord]) -> NoReturn:
+    """No online device can take the lease. If a draining one (or one an admin operation is
+    changing) could, say so: that is a state an admin can end, not a lease too large."""
+    draining = [d.devname for d in fitting if d.state == DeviceState.DRAINING]
+    if draining:
+        raise DeviceDraining(
+            f"{', '.join(draining)} in pool {pool.name!r} {'is' if len(draining) == 1 else 'are'}"
+            " draining: no new leases there (live ones run on) until an admin undrains it"
+            + ("" if request.device else "; no other device can hold "
+               f"{request.size} bytes"))
+    busy = [d.devname for d in fitting if d.id in tx.held]
+    if busy:
+        raise DeviceBusy(f"{', '.join(busy)} is being changed by an admin operation: retry "
+                         "when it is done")
+    where = "matching the hints " if request.device or request.numa_node is not None else ""
+    raise LeaseTooLarge(
+        f"no online device {where}in pool {pool.name!r} can hold {request.size} bytes"
+    )
 
 
 def _place(tx: Tx, pool: PoolRecord, devices: Sequence[tuple[DeviceRecord, int]], size: int

@@ -70,6 +70,9 @@ class LedgerWriter:
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._space: HostSpace | None = None  # None: rebuild from the ledger before next use
         self._catalog: Catalog | None = None  # None: read from the ledger at next use
+        # Devices held for a kernel change (poold.ledger.devices): in memory, not in the ledger,
+        # so an operation the kernel refuses leaves the ledger as it was; grants skip them.
+        self.held_devices: set[int] = set()
         self._conn: Connection | None = None
         self._conn_used_at = 0.0
         self._thread: threading.Thread | None = None
@@ -188,7 +191,7 @@ class LedgerWriter:
                 if self._space is None:
                     self._space = self._rebuild_space(session)
                 tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
-                        self._catalog)
+                        self._catalog, held=self.held_devices)
                 if self._liveness is not None:
                     tx.fenced = self._liveness.fenced
                     tx.lost_after_s = self._liveness.lost_after_s
