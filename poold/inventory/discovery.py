@@ -5,6 +5,7 @@ each one, and the `poold discover` JSON, whose keys and integers are those of `c
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,14 @@ from drivers.topology import Topology
 @dataclass(frozen=True, slots=True)
 class Backing:
     cxl_region: CxlRegion | None
-    memdevs: tuple[CxlMemdev, ...]
+    memdevs: tuple[CxlMemdev, ...]  # in interleave position order
     nd_region: str | None
+    # Where each memdev's part of the region starts in its own address space (its endpoint
+    # decoder's dpa_resource), in the same order; None where the decoder does not say.
+    dpa_bases: tuple[int | None, ...] = ()
+    # No other memdev on this host has the serial of one of these (emulators and some early
+    # devices report 0 for all), so the serials can name the device beyond this host.
+    serials_unique: bool = False
 
 
 def verdict(device: DaxDevice) -> str | None:
@@ -53,23 +60,49 @@ def backing(topology: Topology, region: DaxRegion) -> Backing:
                 cxl_region = cxl_by_name.get(nd.cxl_region or "")
         elif before.startswith("decoder") and part in cxl_by_name:
             cxl_region = cxl_by_name[part]
-    memdevs: tuple[CxlMemdev, ...] = ()
-    if cxl_region is not None:
-        by_name = {m.memdev: m for m in topology.cxl.memdevs}
-        memdevs = tuple(by_name[m.memdev] for m in cxl_region.mappings if m.memdev in by_name)
-    return Backing(cxl_region=cxl_region, memdevs=memdevs, nd_region=nd_name)
+    if cxl_region is None:
+        return Backing(cxl_region=None, memdevs=(), nd_region=nd_name)
+    by_name = {m.memdev: m for m in topology.cxl.memdevs}
+    dpa = {d.decoder: d.dpa_resource for d in topology.cxl.decoders}
+    targets = sorted(((m, by_name[m.memdev]) for m in cxl_region.mappings
+                      if m.memdev is not None and m.memdev in by_name),
+                     key=lambda pair: pair[0].position)
+    memdevs = tuple(memdev for _m, memdev in targets)
+    serials = Counter(m.serial for m in topology.cxl.memdevs)
+    return Backing(cxl_region=cxl_region, memdevs=memdevs, nd_region=nd_name,
+                   dpa_bases=tuple(dpa.get(m.decoder) for m, _memdev in targets),
+                   serials_unique=all(m.serial is not None and serials[m.serial] == 1
+                                      for m in memdevs))
 
 
 def identity(region: DaxRegion, device: DaxDevice, back: Backing) -> str:
-    """A device's ledger identity: its backing memdevs' serials (or its region's kernel path) and
-    its first physical address. Stable across restarts and `daxN.M` renumbering, as long as the
-    kernel keeps the physical layout."""
-    if back.memdevs:
-        origin = "cxl:" + ",".join(f"{m.serial}@{m.host}" for m in back.memdevs)
-    else:
-        origin = "dax:" + region.path
+    """A device's ledger identity, stable across restarts and `daxN.M` renumbering.
+
+    CXL-backed: the memdevs' serials, where each one's part starts in its own (device physical)
+    address space, and the device's offset in the region:
+    `cxl:<serial>/<dpa>[,<serial>/<dpa>...]+<offset>`. None of that depends on the host, so
+    several hosts reaching one multi-headed or switch-attached device, each through its own PCI
+    address and host physical address map, name it alike: one ledger device they share
+    (`shared_devices`). Else (hmem, legacy pmem, which no other host reaches, or a CXL device
+    whose serial is not unique here or whose decoders do not say where it starts): the region's
+    kernel path and the device's physical address."""
     start = device.mappings[0].start if device.mappings else device.resource
+    cxl = back.cxl_region
+    known = (back.memdevs and back.serials_unique and start is not None and cxl is not None
+             and cxl.resource is not None and all(dpa is not None for dpa in back.dpa_bases))
+    if known:
+        assert start is not None and cxl is not None and cxl.resource is not None
+        heads = ",".join(f"{m.serial:#x}/{dpa:#x}"
+                         for m, dpa in zip(back.memdevs, back.dpa_bases, strict=True))
+        return f"cxl:{heads}+{start - cxl.resource:#x}"
+    # Without all of that, a name only this host uses: never two devices under one name.
+    origin = "dax:" + region.path
     return f"{origin}:{start:#x}" if start is not None else f"{origin}:{device.chardev}"
+
+
+def is_global(uid: str) -> bool:
+    """Whether an identity names the same memory on every host that sees it (see identity)."""
+    return uid.startswith("cxl:")
 
 
 def discover_json(topology: Topology) -> dict[str, Any]:

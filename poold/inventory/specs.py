@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from drivers.dax import chardev_path
 from drivers.emulated import EmulatedDevice
 from drivers.topology import Topology
-from poold.inventory.discovery import backing, identity
+from poold.inventory.discovery import backing, identity, is_global
 from poold.types import DeviceKind
 
 
@@ -22,6 +22,9 @@ class DeviceSpec:
     numa_node: int | None = None
     # Reachable from several hosts: one ledger device, owned by no host, shared through claims.
     shared: bool = False
+    # The uid names this memory on this host only (a kernel path and physical address, a local
+    # file): another host may give its own, different memory the same uid.
+    host_local: bool = False
 
 
 def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:
@@ -32,6 +35,7 @@ def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:
         chardev=str(device.path),
         size=device.size,
         align=device.align,
+        host_local=True,
     )
 
 
@@ -46,8 +50,9 @@ def specs_from_topology(topology: Topology) -> list[DeviceSpec]:
             if not device.enabled or device.size == 0:
                 continue
             kind = DeviceKind.SYSTEM_RAM if device.mode == "system-ram" else DeviceKind.DEVDAX
+            uid = identity(region, device, back)
             specs.append(DeviceSpec(
-                uid=identity(region, device, back), kind=kind, devname=device.chardev,
+                uid=uid, kind=kind, devname=device.chardev, host_local=not is_global(uid),
                 chardev=chardev_path(device), size=device.size,
                 align=device.align or region.align or 4096, numa_node=device.target_node,
             ))

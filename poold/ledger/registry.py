@@ -7,6 +7,7 @@ deleted: their history and leases stay auditable.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from poold.ledger import repository as repo
 from poold.ledger.leases import Tx
 from poold.models import Device, Host, Pool
 from poold.types import DeviceState, EventKind, Extent, HostState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +65,37 @@ def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
     return pool
 
 
+def ledger_uid(spec: DeviceSpec, host_id: str) -> str:
+    """The key a device has in the ledger. A name only this host gives meaning to (an hmem or
+    pmem device by kernel path and physical address, an emulated file) is qualified with the
+    host, since identical machines name their own, different memory alike; a name that means the
+    same memory wherever it is seen (a CXL device by serial) is the key as it is."""
+    return f"{spec.uid}@{host_id}" if spec.host_local and not spec.shared else spec.uid
+
+
 def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
                       pool_for: Pool | Callable[[DeviceSpec], Pool]) -> None:
     """Make this host's devices in the ledger match `specs`; `pool_for` places new devices
-    (a pool, or a rule from spec to pool)."""
+    (a pool, or a rule from spec to pool).
+
+    A device whose key is another host's own device, or a shared device that this host does not
+    declare shared (or the other way round), is the same memory reached by several hosts that
+    do not agree to share it: it is left out here (and logged) rather than granted twice."""
     place = pool_for if callable(pool_for) else (lambda _spec: pool_for)
     seen: set[str] = set()
     for spec in specs:
-        seen.add(spec.uid)
-        device = repo.get_device_by_uid(tx.session, spec.uid)
+        key = ledger_uid(spec, tx.host_id)
+        device = repo.get_device_by_uid(tx.session, key)
         if device is None:
-            _add_device(tx, spec, place(spec))
-        else:
+            _add_device(tx, spec, key, place(spec))
+        elif _ours(tx, device, spec) or _share_if_idle(tx, device, spec):
             _update_device(tx, device, spec, place)
+        else:
+            log.warning("inventory.device_conflict uid=%s devname=%s ledger_host=%s "
+                        "declared_shared=%s: name it in shared_devices on every host that "
+                        "reaches it", key, spec.devname, device.host_id, spec.shared)
+            continue
+        seen.add(key)
     for device in repo.list_devices(tx.session):
         gone = device.host_id == tx.host_id and device.uid not in seen
         if gone and repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
@@ -84,9 +105,26 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
             lose_leases(tx, device, f"device {device.devname} disappeared")
 
 
-def _add_device(tx: Tx, spec: DeviceSpec, pool: Pool) -> None:
+def _ours(tx: Tx, device: Device, spec: DeviceSpec) -> bool:
+    """The ledger's device is the one this spec describes from this host: both shared, or both
+    this host's own."""
+    return device.host_id is None if spec.shared else device.host_id == tx.host_id
+
+
+def _share_if_idle(tx: Tx, device: Device, spec: DeviceSpec) -> bool:
+    """This host's own device, now declared shared: it becomes shared (owned by no host) when
+    nothing holds it, so no claim of this host is left that others cannot see as theirs."""
+    if not (spec.shared and device.host_id == tx.host_id):
+        return False
+    if repo.live_claims(tx.session, device_id=device.id):
+        return False
+    device.host_id = None
+    return True
+
+
+def _add_device(tx: Tx, spec: DeviceSpec, key: str, pool: Pool) -> None:
     device = Device(
-        uid=spec.uid, host_id=None if spec.shared else tx.host_id, pool_id=pool.id,
+        uid=key, host_id=None if spec.shared else tx.host_id, pool_id=pool.id,
         kind=spec.kind, devname=spec.devname,
         chardev=spec.chardev, size=spec.size, align=spec.align, numa_node=spec.numa_node,
         state=DeviceState.ONLINE, created_at=tx.now, updated_at=tx.now,

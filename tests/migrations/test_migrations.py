@@ -110,3 +110,35 @@ def test_downgrade_to_base_drops_every_table_and_upgrade_works_again(ledger_url:
     assert schema_diff(ledger_url) == []
     assert overlap_guards(ledger_url) == expected_guards(ledger_url)
     assert generation_counters(ledger_url) == [0]
+
+
+def device_uids(url: str) -> list[str]:
+    with connect(url) as conn:
+        return list(conn.execute(text("SELECT uid FROM devices ORDER BY id")).scalars())
+
+
+def test_0005_qualifies_host_local_device_keys_with_their_host(ledger_url: str) -> None:
+    """A ledger written before 0005 keeps its devices: their keys become what the daemon now
+    computes (poold.ledger.registry.ledger_uid), and a downgrade gives the old keys back."""
+    db.upgrade(ledger_url, "0004")
+    before = ["dax:/platform/hmem.0:0x100000000", "emulated:/dev/shm/poold-h1-emu0",
+              "cxl:0x1/0x0+0x0", "emulated:/shared/file"]
+    with connect(ledger_url) as conn, conn.begin():
+        now = "2026-12-01 00:00:00+00:00"
+        conn.execute(text("INSERT INTO hosts (id, name, state, registered_at, last_seen_at) "
+                          "VALUES ('h1', 'h1', 'up', :t, :t)"), {"t": now})
+        conn.execute(text("INSERT INTO pools (id, name, claim_slice, default_ttl_s, max_ttl_s, "
+                          "scrub_on_release, created_at) VALUES (1, 'p', 0, 60, 600, true, :t)"),
+                     {"t": now})
+        for i, uid in enumerate(before, start=1):
+            conn.execute(text(
+                "INSERT INTO devices (id, uid, host_id, pool_id, kind, devname, chardev, size, "
+                "align, state, created_at, updated_at) VALUES (:id, :uid, :host, 1, 'devdax', "
+                "'d', '/dev/d', 2097152, 2097152, 'online', :t, :t)"),
+                {"id": i, "uid": uid, "host": None if i == 4 else "h1", "t": now})
+    db.upgrade(ledger_url)
+    assert device_uids(ledger_url) == [
+        "dax:/platform/hmem.0:0x100000000@h1", "emulated:/dev/shm/poold-h1-emu0@h1",
+        "cxl:0x1/0x0+0x0", "emulated:/shared/file"]  # shared: no host to qualify with
+    db.downgrade(ledger_url, "0004")
+    assert device_uids(ledger_url) == before
