@@ -27,12 +27,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving_daemon(state_dir: Path, **settings: Any) -> Iterator[tuple[Daemon, str]]:
+def serving_daemon(state_dir: Path, port: int | None = None,
+                   **settings: Any) -> Iterator[tuple[Daemon, str]]:
     """Run a daemon until the block ends; yields it and its base URL.
 
     Auth is off unless the test asks (`auth="token"`): tests of other concerns act as admin
-    without a token; tests/api/test_auth.py and the subprocess tests run it on."""
-    port = free_port()
+    without a token; tests/api/test_auth.py and the subprocess tests run it on. `port`: a free
+    one unless given (a test that restarts a daemon where its clients expect it)."""
+    port = free_port() if port is None else port
     defaults: dict[str, Any] = {
         "auth": "off",
         "state_dir": state_dir, "emulate_size": 64 * 2**20, "emulate_dir": state_dir,

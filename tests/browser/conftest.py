@@ -71,11 +71,12 @@ class Served:
 
 
 @contextmanager
-def serve(tmp: pytest.TempPathFactory, tree: str | None = SYSFS_TREE,
+def serve(tmp: pytest.TempPathFactory, tree: str | None = SYSFS_TREE, state: Path | None = None,
           **settings: Any) -> Iterator[Served]:
     """A daemon with token auth on a recorded sysfs tree (none: no dax devices), its dax devices
-    in pool "cxl"; `settings` override (sysfs_root, port, emulate_uid, ...)."""
-    state = tmp.mktemp("ui-daemon")
+    in pool "cxl", in a new state directory unless given; `settings` override (sysfs_root,
+    port, emulate_uid, ...)."""
+    state = state or tmp.mktemp("ui-daemon")
     defaults: dict[str, Any] = {"watch_udev": False, "auth": "token",
                                 "device_pools": {"dax*": "cxl"}}
     if tree is None:

@@ -1011,17 +1011,19 @@ async function tickNow() {
   try {
     await mine.page.refresh(mine.state);
     if (mine !== current) return;
-    mine.loaded = true;
+    mine.loaded = new Date().toLocaleTimeString([], { hour12: false });
     banner(null);
-    setLive(paused ? "paused" : "ok", `updated ${new Date().toLocaleTimeString([], { hour12: false })}`);
+    setLive(paused ? "paused" : "ok", `updated ${mine.loaded}`);
   } catch (exc) {
     if (mine !== current || exc.status === 401) return;
     setLive("error", exc.message);
     const body = mine.state.body || mine.state.pools || mine.state.ledger;
+    const retry = `retrying every ${POLL_MS / 1000} s`;
     if (!mine.loaded && body) {
-      body.replaceChildren(h("div", { class: "error-state" }, `Could not load this page: ${exc.message}`));
+      body.replaceChildren(h("div", { class: "error-state" },
+        `Could not load this page: ${exc.message}. It loads by itself once the daemon answers; ${retry}.`));
     } else {
-      banner(`Live update failed: ${exc.message}. Showing what was last loaded; retrying.`);
+      banner(`Live update failed: ${exc.message}. Showing what was loaded at ${mine.loaded}; ${retry}.`);
     }
   } finally {
     mine.busy = false;

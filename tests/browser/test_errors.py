@@ -1,0 +1,116 @@
+"""Error and empty states: when the daemon stops, the page on screen says so (a banner over what
+it last showed; a page opened meanwhile says it could not load) and recovers by itself, without
+a reload, when the daemon is back; every page says clearly when it has nothing to show."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from poold.types import MiB
+from tests.browser.conftest import Served, log_in, logged_in, screenshot, serve
+from tests.daemon_fixtures import free_port
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = pytest.mark.slow
+
+DOWN = "the daemon did not answer"
+
+
+def offline(page: Page) -> None:
+    page.wait_for_selector("#live.error", timeout=5000)
+    assert page.inner_text("#live") == "offline"
+
+
+def test_the_page_says_the_daemon_stopped_and_recovers_when_it_is_back(
+        page: Page, tmp_path_factory: pytest.TempPathFactory) -> None:
+    state, port = tmp_path_factory.mktemp("restarted"), free_port()
+    with serve(tmp_path_factory, state=state, port=port) as served:
+        lease = served.grant(4 * MiB, tenant="team-a")
+        logged_in(page, served)
+        page.goto(f"{served.url}/ui/#/leases")
+        page.wait_for_selector(f'tr[data-lease="{lease["id"]}"]')
+        page.evaluate("window.sameDocument = true")  # gone if anything reloads the page
+    # The daemon has stopped: what was loaded stays, under a banner that says why.
+    offline(page)
+    banner = page.wait_for_selector("#banner:not([hidden])", timeout=3000)
+    assert banner is not None
+    assert "Live update failed" in banner.inner_text() and DOWN in banner.inner_text()
+    assert "Showing what was loaded at" in banner.inner_text()
+    assert "retrying every 1 s" in banner.inner_text()
+    assert page.is_visible(f'tr[data-lease="{lease["id"]}"]')
+    assert screenshot(page, "daemon-stopped.png").stat().st_size > 0
+    # A page opened while it is down cannot show anything, and says so in its place.
+    page.click('#nav a[data-page="overview"]')
+    error = page.wait_for_selector("#page-overview .error-state", timeout=3000)
+    assert error is not None
+    assert "Could not load this page" in error.inner_text() and DOWN in error.inner_text()
+
+    with serve(tmp_path_factory, state=state, port=port) as again:
+        # Back on the same port, same ledger and credential: the page catches up on its own.
+        page.wait_for_selector("#live.ok", timeout=5000)
+        page.wait_for_selector("#page-overview .card.pool", timeout=3000)
+        assert not page.is_visible("#banner")
+        assert not page.is_visible("#page-overview .error-state")
+        pools = {p["name"]: p for p in again.api("GET", "/v1/capacity").json()["pools"]}
+        card = page.inner_text('.card.pool[data-pool="default"]')
+        assert f"{pools['default']['live_leases']} live lease" in card
+        page.click('#nav a[data-page="leases"]')
+        page.wait_for_selector(f'tr[data-lease="{lease["id"]}"][data-state="active"]')
+        assert page.evaluate("window.sameDocument") is True
+        # It stops again while a page is on screen that never loaded: that page says so too,
+        # and then loads by itself.
+    offline(page)
+    page.click('#nav a[data-page="hosts"]')
+    page.wait_for_selector("#page-hosts .error-state", timeout=3000)
+    with serve(tmp_path_factory, state=state, port=port):
+        page.wait_for_selector('#hosts tr[data-host="test-host"]', timeout=5000)
+        assert not page.is_visible("#page-hosts .error-state")
+        assert page.evaluate("window.sameDocument") is True
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A daemon with nothing to lease: no emulated device, and a recorded kernel with a CXL
+    memdev but no region, so no dax device."""
+    with serve(tmp_path_factory, tree="sysfs-a-cxl1-before-region", emulate_size=None) as served:
+        yield served
+
+
+@pytest.mark.parametrize(("route", "where", "says"), [
+    ("overview", "#device-capacity", "No devices: the daemon found no DAX device"),
+    ("devices", "#page-devices", "No devices in the ledger"),
+    ("devices", "#page-devices", "The kernel shows no DAX device."),
+    ("map", "#page-map", "No devices to map."),
+    ("leases", "#leases", "No leases yet. Clients lease with POST /v1/leases."),
+])
+def test_empty_pages_say_so(page: Page, bare: Served, route: str, where: str, says: str) -> None:
+    log_in_anywhere(page, bare)
+    page.goto(f"{bare.url}/ui/#/{route}")
+    empty = page.wait_for_selector(f"{where} .empty >> text={says}", timeout=3000)
+    assert empty is not None and empty.is_visible()
+    assert not page.is_visible(".error-state") and not page.is_visible("#banner")
+
+
+def log_in_anywhere(page: Page, served: Served) -> None:
+    """Logged in, whatever the overview shows (an empty daemon may have no pool card)."""
+    log_in(page, served, served.admin_token)
+    page.wait_for_selector("#page-overview")
+
+
+def test_an_empty_device_map_and_an_unmatched_event_filter_say_so(page: Page,
+                                                                  served: Served) -> None:
+    logged_in(page, served)
+    nothing = next(d for d in served.api("GET", "/v1/devices").json()
+                   if d["live_leases"] == 0 and d["claimed_bytes"] == 0)
+    page.goto(f"{served.url}/ui/#/map/{nothing['id']}")
+    says = f"Nothing is claimed or leased on {nothing['devname']}"
+    assert page.wait_for_selector(f"#page-map .empty >> text={says}", timeout=3000) is not None
+    page.goto(f"{served.url}/ui/#/events")
+    page.wait_for_selector("#events tbody tr")
+    page.fill("#filter-kind", "no.such.kind")
+    assert "No event matches this kind." in page.inner_text("#events .empty")
