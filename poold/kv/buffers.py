@@ -42,6 +42,14 @@ class BlockSource:
         return self.parts[first]
 
 
+def block_view(block: BufferLike, block_size: int) -> memoryview:
+    """One whole block as a byte view, without copying."""
+    view = _bytes_view(block)
+    if view.nbytes != block_size:
+        raise ValueError(f"a block is {view.nbytes} bytes, not {block_size}")
+    return view
+
+
 def split_blocks(blocks: Blocks | BlockSource, count: int, block_size: int) -> BlockSource:
     """The `count` blocks of `block_size` bytes in what a caller passed, without copying."""
     if isinstance(blocks, BlockSource):
@@ -60,11 +68,7 @@ def split_blocks(blocks: Blocks | BlockSource, count: int, block_size: int) -> B
     assert isinstance(blocks, Sequence)
     if len(blocks) != count:
         raise ValueError(f"{len(blocks)} blocks for {count} keys")
-    views = [_bytes_view(b) for b in blocks]
-    for view in views:
-        if view.nbytes != block_size:
-            raise ValueError(f"a block is {view.nbytes} bytes, not {block_size}")
-    return BlockSource(None, views, count, block_size)
+    return BlockSource(None, [block_view(b, block_size) for b in blocks], count, block_size)
 
 
 def output_view(out: BufferLike, count: int, block_size: int) -> memoryview:

@@ -50,6 +50,11 @@ def _neighbours(positions: Sequence[int], places: Sequence[int], start: int, end
                 step: int) -> Iterator[tuple[int, int]]:
     """Split [start, end) where the next item is not right after this one in both the caller's
     batch (positions, +1) and the lease (places, +step)."""
+    first, place = positions[start], places[start]
+    if (positions[start:end] == list(range(first, first + end - start))
+            and places[start:end] == list(range(place, place + (end - start) * step, step))):
+        yield start, end  # one run (a batch into fresh slots): compared in C, not item by item
+        return
     a = start
     while a < end:
         b, pos, place = a + 1, positions[a], places[a]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -76,21 +76,30 @@ class LRUK(Generic[K]):
         return self._pinned
 
     def insert(self, key: K, rank: int = 0) -> None:
-        """Track `key` (its first reference is now)."""
-        self.insert_many((key,), rank)
+        """Track `key` (its first reference is now); a key already tracked is refused."""
+        entries = self._entries
+        if key in entries:
+            raise KeyError(f"{key!r} is already tracked")
+        entries[key] = entry = [rank, 0, -1, self._clock()]
+        if self.k > 1:
+            self._young_of(rank)[key] = None
+        else:
+            self._push(key, entry)
 
-    def insert_many(self, keys: Iterable[K], rank: int = 0) -> None:
-        """Track each of `keys`, all referenced now; a key already tracked is refused."""
-        now, entries = self._clock(), self._entries
-        young = self._young_of(rank)
+    def insert_many(self, keys: Sequence[K], rank: int = 0) -> None:
+        """Track each of `keys`, all referenced now; a key already tracked, or twice in `keys`,
+        is refused before any is tracked."""
+        entries = self._entries
+        if not entries.keys().isdisjoint(keys) or len(set(keys)) != len(keys):
+            raise KeyError(f"a key of {len(keys)} is already tracked")
+        now = self._clock()
+        if self.k > 1:  # the common case, in bulk: each entry a list of its own, young in order
+            entries.update({key: [rank, 0, -1, now] for key in keys})
+            self._young_of(rank).update(dict.fromkeys(keys))
+            return
         for key in keys:
-            if key in entries:
-                raise KeyError(f"{key!r} is already tracked")
             entries[key] = entry = [rank, 0, -1, now]
-            if self.k > 1:
-                young[key] = None
-            else:
-                self._push(key, entry)
+            self._push(key, entry)
 
     def touch(self, key: K) -> None:
         """Record a reference to `key`."""

@@ -76,13 +76,22 @@ class BlockIndex:
         """No session expires before this (clock time)."""
         return self._sessions.next_deadline
 
+    def add(self, key: bytes, slab: LeaseSlab, slot: int, priority: str) -> None:
+        """Index one committed block, referenced now."""
+        self._policy.insert(key, self.rank(priority))  # refuses a key indexed already
+        self._where[key] = _new_tuple(Location, (slab, slot, slot * self.block_size, priority))
+        slab.keys[slot] = key
+
     def add_many(self, blocks: Sequence[tuple[bytes, LeaseSlab, int]], priority: str) -> None:
         """Index committed blocks (key, slab, slot), all referenced now."""
-        where, size = self._where, self.block_size
+        if not blocks:
+            return
+        size = self.block_size
+        self._policy.insert_many([b[0] for b in blocks], self.rank(priority))
+        self._where.update({key: _new_tuple(Location, (slab, slot, slot * size, priority))
+                            for key, slab, slot in blocks})
         for key, slab, slot in blocks:
-            where[key] = _new_tuple(Location, (slab, slot, slot * size, priority))
             slab.keys[slot] = key
-        self._policy.insert_many([key for key, _slab, _slot in blocks], self.rank(priority))
 
     def touch(self, key: bytes) -> None:
         self._policy.touch(key)

@@ -133,10 +133,10 @@ class LeaseSet:
         """A free slot from the oldest usable lease that has one: filling old leases first
         lets the newest drain, go idle and be given back."""
         for slab in self.slabs:
-            if slab.usable:
+            if slab.slab.free_count and slab.usable:
                 slot = slab.alloc()
-                if slot is not None:
-                    return slab, slot
+                assert slot is not None  # it has a free one
+                return slab, slot
         return None
 
     def alloc_many(self, count: int) -> list[tuple[LeaseSlab, int]]:

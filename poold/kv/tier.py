@@ -52,19 +52,55 @@ class Tier:
         the reservations to copy into, in the order of `keys`."""
         held = [False] * len(keys)
         index, inflight, where = self.index, self.inflight, self.index.locations
-        todo: list[int] = []
-        for i, key in enumerate(keys):
-            if key in where or key in inflight:
-                held[i] = True  # content-hash keys: the same key is the same bytes
-            else:
-                inflight.add(key)  # also catches a key twice in one batch
-                todo.append(i)
+        todo: list[int]
+        if where.keys().isdisjoint(keys) and inflight.isdisjoint(keys) \
+                and len(set(keys)) == len(keys):  # all new: the common case, in bulk
+            inflight.update(keys)
+            todo = list(range(len(keys)))
+        else:
+            todo = []
+            for i, key in enumerate(keys):
+                if key in where or key in inflight:
+                    held[i] = True  # content-hash keys: the same key is the same bytes
+                else:
+                    inflight.add(key)  # also catches a key twice in one batch
+                    todo.append(i)
         index.counts["already_present"] += len(keys) - len(todo)
         slots = self._alloc(len(todo))
         inflight.difference_update([keys[i] for i in todo[len(slots):]])
         index.counts["rejected"] += len(todo) - len(slots)
         return held, [(i, keys[i], slab, slot)
                      for i, (slab, slot) in zip(todo[:len(slots)], slots, strict=True)]
+
+    def reserve_one(self, key: bytes) -> tuple[LeaseSlab, int] | bool:
+        """reserve() for one key, on a shorter path (a per-block put calls it once a block):
+        True when the key is held already, False when there is no room, else the slot."""
+        if key in self.index.locations or key in self.inflight:
+            self.index.counts["already_present"] += 1
+            return True
+        got = self.leases.alloc()
+        if got is None:
+            more = self._alloc(1)  # grow, or evict
+            if not more:
+                self.index.counts["rejected"] += 1
+                return False
+            got = more[0]
+        self.inflight.add(key)
+        return got
+
+    def commit_one(self, key: bytes, slab: LeaseSlab, slot: int, written: bool,
+                   priority: str) -> bool:
+        """commit() for one reservation; True when the block is stored."""
+        self.inflight.discard(key)
+        if written and slab.usable:
+            self.index.add(key, slab, slot, priority)
+            self.index.counts["stored"] += 1
+            return True
+        if slab.usable:
+            slab.free(slot, self._clock())
+        else:  # the slot went with its lease
+            self.reap_lost()
+        return False
 
     def commit(self, reserved: list[Reserved], written: list[bool], held: list[bool],
                priority: str) -> None:

@@ -97,3 +97,53 @@ def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
         assert "simulated" in lost.reason
         assert all(store.put_many(keys[:4], data[:4 * bs]))  # growth goes on with a new lease
         assert store.stats().leases_granted == 2
+
+
+def test_a_lease_lost_during_a_single_put_indexes_nothing(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """put() has its own one-block path: the same guarantees as put_many's."""
+    bs = 16 * KiB
+    with KVStore(client, bs, budget_bytes=2 * LEASE, lease_bytes=LEASE) as store:
+        first = make_keys(1, tag=9)
+        assert store.put(first[0], make_blocks(1, bs))
+        original = LeaseSlab.buffer
+
+        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
+            view = original(slab)
+            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
+            return view
+
+        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        (key,) = make_keys(1, tag=10)
+        assert store.put(key, make_blocks(1, bs, seed=4)) is False
+        monkeypatch.undo()
+        stats = store.stats()
+        assert (stats.leases_lost, stats.lost, stats.stored, stats.blocks_used) == (1, 1, 1, 0)
+        assert not store.contains(key) and not store.contains(first[0])
+        # Once lost, a lease is not even offered a copy: the next put grows a new lease.
+        assert store.put(key, make_blocks(1, bs, seed=4))
+        assert store.stats().leases_granted == 2
+        assert store.get(key) == make_blocks(1, bs, seed=4)
+
+
+def test_single_puts_after_a_revocation_never_touch_the_revoked_extent(
+        client: PooldClient) -> None:
+    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=1) as store:
+        keys, data = make_keys(PER_LEASE), make_blocks(PER_LEASE, BS)
+        assert all(store.put(k, data[i * BS:(i + 1) * BS]) for i, k in enumerate(keys))
+        doomed = store.locate(keys[0])
+        assert doomed is not None
+        assert store.discard(keys[:4]) == 4  # free slots in the doomed lease
+        client.raw("POST", f"/v1/leases/{doomed.lease_id}/revoke")
+        deadline = time.monotonic() + 10
+        while not store.lost_leases():
+            assert time.monotonic() < deadline, "the store never noticed the revocation"
+            time.sleep(0.05)
+        with client.lease(LEASE) as squatter:
+            assert squatter.info.offset == doomed.lease_offset
+            before = read_extent(doomed.chardev, doomed.lease_offset, LEASE)
+            more, more_data = make_keys(8, tag=2), make_blocks(8, BS, seed=2)
+            assert all(store.put(k, more_data[i * BS:(i + 1) * BS])
+                       for i, k in enumerate(more))
+            assert read_extent(doomed.chardev, doomed.lease_offset, LEASE) == before
+            assert store.get_many(more) == [block(more_data, i, BS) for i in range(8)]
