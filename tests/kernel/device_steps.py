@@ -1,7 +1,8 @@
 """Run in a guest (python3 -m tests.kernel.device_steps OUT.json) against the poold serving there:
 the admin device operations on a dynamic (hmem) dax region, step by step, recording after each
-step what `daxctl list` says and what GET /v1/devices says, plus each answer. One Python process
-for every step: a start costs seconds under TCG. The test (test_device_ops.py) judges the record.
+step what `daxctl list` says and what GET /v1/devices says, plus each answer; around each refusal
+also the ledger's events, leases and claims. One Python process for every step: a start costs
+seconds under TCG. The test (test_device_ops.py) judges the record.
 """
 
 from __future__ import annotations
@@ -54,26 +55,43 @@ class Steps:
             time.sleep(0.3)
         return state
 
-    def state(self) -> dict[str, Any]:
+    def state(self, ledger: bool = False) -> dict[str, Any]:
+        """What daxctl and the ledger's devices say now; `ledger`: also every event, every lease
+        and every device's live claims (what a refusal must leave as they were)."""
         daxctl = subprocess.run(["daxctl", "list", "-D"], capture_output=True, text=True)
         nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
-        return {"daxctl": json.loads(daxctl.stdout or "[]"),
-                "devices": self.http.get("/v1/devices").json(),
-                "nodes": {n: _mem_total(n) for n in nodes}}
+        devices = self.http.get("/v1/devices").json()
+        found = {"daxctl": json.loads(daxctl.stdout or "[]"), "devices": devices,
+                 "nodes": {n: _mem_total(n) for n in nodes}}
+        if ledger:
+            found["ledger"] = {
+                "events": self.http.get("/v1/events", params={"limit": 10_000}).json(),
+                "leases": self.http.get("/v1/leases", params={"limit": 10_000}).json(),
+                "claims": {d["devname"]: self.http.get(f"/v1/devices/{d['id']}/extents")
+                           .json()["claims"] for d in devices},
+            }
+        return found
 
-    def step(self, name: str, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        before = self.state()
+    def step(self, name: str, method: str, path: str, body: Any = None,
+             refusal: bool = False) -> dict[str, Any]:
+        """One request; a `refusal` records the whole ledger around it."""
+        before = self.state(ledger=refusal)
         response = self.http.request(method, path, json=body)
         entry = {"step": name, "status": response.status_code, "answer": response.json(),
-                 "before": before, "after": self.state()}
+                 "before": before, "after": self.state(ledger=refusal)}
         self.record.append(entry)
         return entry
 
 
 def _mem_total(node: str) -> int | None:
+    return _node_field(node, "MemTotal:")
+
+
+def _node_field(node: str, name: str) -> int | None:
+    """A field of the node's meminfo ("Node 1 MemTotal: 262144 kB"), in bytes."""
     for line in Path(f"/sys/devices/system/node/{node}/meminfo").read_text().splitlines():
         fields = line.split()
-        if fields[2] == "MemTotal:":
+        if fields[2] == name:
             return int(fields[3]) * 1024
     return None
 
@@ -144,9 +162,11 @@ def static(out: str) -> None:
     """A pmem-backed (static) dax region: devices cannot be created or resized there."""
     s = Steps()
     s.wait_ready()
-    s.step("create in static region", "POST", "/v1/devices", {"region": 0, "size": 64 * MiB})
-    s.step("resize in static region", "POST", "/v1/devices/dax0.0/resize", {"size": 64 * MiB})
-    s.step("destroy in static region", "DELETE", "/v1/devices/dax0.0")
+    s.step("create in static region", "POST", "/v1/devices", {"region": 0, "size": 64 * MiB},
+           refusal=True)
+    s.step("resize in static region", "POST", "/v1/devices/dax0.0/resize", {"size": 64 * MiB},
+           refusal=True)
+    s.step("destroy in static region", "DELETE", "/v1/devices/dax0.0", refusal=True)
     Path(out).write_text(json.dumps(s.record))
 
 
@@ -163,16 +183,25 @@ def main(out: str, scenario: str = "hmem") -> None:
     s.record[-1]["readback"] = touch(lease, b"poold-device-ops")
     s.step("destroy dax0.2", "DELETE", "/v1/devices/dax0.2")
     # Refusals: each must leave daxctl's view and the ledger's as they were.
-    s.step("destroy leased dax0.1", "DELETE", "/v1/devices/dax0.1")
-    s.step("create too large", "POST", "/v1/devices", {"region": 0, "size": 768 * MiB})
-    s.step("destroy first device", "DELETE", "/v1/devices/dax0.0")
-    s.step("resize misaligned", "POST", "/v1/devices/dax0.3/resize", {"size": 3 * MiB})
+    s.step("destroy leased dax0.1", "DELETE", "/v1/devices/dax0.1", refusal=True)
+    s.step("create too large", "POST", "/v1/devices", {"region": 0, "size": 768 * MiB},
+           refusal=True)
+    s.step("destroy first device", "DELETE", "/v1/devices/dax0.0", refusal=True)
+    s.step("resize misaligned", "POST", "/v1/devices/dax0.3/resize", {"size": 3 * MiB},
+           refusal=True)
     s.step("reconfigure leased dax0.1", "POST", "/v1/devices/dax0.1/reconfigure",
-           {"mode": "system-ram"})
-    # Drain: no new lease, the live one goes on to its release; then it can go.
+           {"mode": "system-ram"}, refusal=True)
+    # Drain: no new lease there (a grant elsewhere skips it though it has room), the live one
+    # renews and goes on to its release; then it can go.
     s.step("drain dax0.1", "POST", "/v1/devices/dax0.1/drain")
-    s.step("lease on drained dax0.1", "POST", "/v1/leases", lease_body)
-    s.step("keepalive while drained", "POST", f"/v1/leases/{lease['id']}/keepalive")
+    s.step("lease on drained dax0.1", "POST", "/v1/leases", lease_body, refusal=True)
+    other = s.step("unpinned lease while drained", "POST", "/v1/leases",
+                   {"size": 8 * MiB, "ttl_s": 600})["answer"]
+    s.step("release unpinned", "DELETE", f"/v1/leases/{other['id']}")
+    s.record[-1]["final"] = s.wait_final(other["id"])
+    s.step("keepalive while drained", "POST", f"/v1/leases/{lease['id']}/keepalive",
+           {"ttl_s": 900})
+    s.record[-1]["granted"] = lease
     s.step("release", "DELETE", f"/v1/leases/{lease['id']}")
     s.record[-1]["final"] = s.wait_final(lease["id"])
     s.step("destroy drained dax0.1", "DELETE", "/v1/devices/dax0.1")
@@ -197,7 +226,54 @@ def main(out: str, scenario: str = "hmem") -> None:
     s.record[-1]["final"] = s.wait_final(iso["id"])
     s.record[-1]["gone"] = wait_gone(iso["device"])
     s.step("after isolated", "GET", "/v1/events?limit=1000")
+    kernel_ebusy(s)
     Path(out).write_text(json.dumps(s.record))
+
+
+# A process bound to one node, whose page tables (unmovable kernel memory) land on that node:
+# it maps a sparse GiB and touches one byte per 2 MiB, each touch a page table page of its own.
+PAGE_TABLES = """
+import ctypes, mmap, sys
+libc = ctypes.CDLL(None, use_errno=True)
+mask = ctypes.c_ulong(1 << int(sys.argv[1]))
+if libc.syscall(238, 2, ctypes.byref(mask), 65):  # set_mempolicy(MPOL_BIND, {node})
+    raise OSError(ctypes.get_errno(), "set_mempolicy")
+view = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000)  # NORESERVE
+view.madvise(mmap.MADV_NOHUGEPAGE)
+for offset in range(0, 1 << 30, 2 << 20):
+    view[offset] = 1
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def kernel_ebusy(s: Steps) -> None:
+    """The kernel's own EBUSY: memory blocks onlined as kernel memory (an operator's
+    `daxctl online-memory --no-movable`) that hold page tables cannot be offlined, so going
+    back to devdax is refused by the kernel, not by poold's checks."""
+    made = s.step("create for kernel memory", "POST", "/v1/devices",
+                  {"region": 0, "size": 128 * MiB})["answer"]
+    devname = made["devname"]
+    ram = s.step("kernel memory to system-ram", "POST", f"/v1/devices/{devname}/reconfigure",
+                 {"mode": "system-ram"})["answer"]
+    node = made["kernel"]["target_node"]
+    blocks = Path("/sys/devices/system/memory")
+    for block in ram["online_blocks"]:  # as kernel memory instead of movable
+        for state in ("offline", "online_kernel"):
+            (blocks / f"memory{block}" / "state").write_text(state)
+    zones = {b: (blocks / f"memory{b}" / "valid_zones").read_text().strip()
+             for b in ram["online_blocks"]}
+    holder = subprocess.Popen([sys.executable, "-c", PAGE_TABLES, str(node)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        s.step("back to devdax under kernel memory", "POST",
+               f"/v1/devices/{devname}/reconfigure", {"mode": "devdax"}, refusal=True)
+        s.record[-1].update(devname=devname, blocks=ram["online_blocks"], zones=zones,
+                            page_tables=_node_field(f"node{node}", "PageTables:"))
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 if __name__ == "__main__":
