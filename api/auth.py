@@ -12,6 +12,7 @@ routes call `principal_of` inline (see api.routers.leases for why).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -23,19 +24,24 @@ from fastapi import Depends, Request
 from poold.errors import Forbidden, Unauthenticated
 from poold.ledger import tenants
 from poold.ledger.ledger import Ledger
-from poold.ledger.tenants import TokenSecret
+from poold.ledger.tenants import RevocationFeed, TokenSecret
 from poold.security import secret_matches, split_token
 from poold.types import Principal, Role
+
+log = logging.getLogger(__name__)
 
 # What everyone is when auth is off.
 OPEN = Principal(name="open", role=Role.ADMIN)
 _SCOPE_KEY = "poold.principal"
 # Where the UNIX-socket server puts its peer's (pid, uid, gid): see poold.daemon.peercred.
 PEER_SCOPE_KEY = "poold.peer"
-# A token looked up in the ledger is trusted this long without looking again. Revoking through
-# this daemon forgets it at once; a revocation made through another host's daemon (same
-# PostgreSQL ledger) is seen here within this many seconds.
+# A token looked up in the ledger is trusted this long without looking again, on a ledger whose
+# revocations this daemon cannot hear (SQLite: daemons sharing one file see another's
+# revocation within this many seconds; revoking through this daemon forgets it at once).
 TOKEN_CACHE_S = 1.0
+# With a RevocationFeed (PostgreSQL) every revocation is heard as it commits; the cache is still
+# re-read this often, for changes made to the tokens table by hand (no notification).
+HEARD_TOKEN_CACHE_S = 60.0
 
 
 class Authenticator(Protocol):
@@ -60,15 +66,27 @@ class PeerPolicy:
 
 
 class TokenAuthenticator:
-    """Bearer tokens from the ledger, else the UNIX-socket peer's uid by `peers`."""
+    """Bearer tokens from the ledger, else the UNIX-socket peer's uid by `peers`.
+
+    Looked-up tokens are cached, so a request costs no ledger read. With a `feed` (PostgreSQL),
+    each request first takes in the revocations PostgreSQL has sent (a non-blocking read of the
+    listening socket, no round trip), so a revocation committed through any daemon is refused
+    here from the next request on; while the feed is not listening, every request reads the
+    ledger. Without one (SQLite), a cached token is trusted for `cache_s`.
+    """
 
     def __init__(self, ledger: Ledger, peers: PeerPolicy | None = None,
-                 cache_s: float = TOKEN_CACHE_S) -> None:
+                 cache_s: float = TOKEN_CACHE_S, feed: RevocationFeed | None = None) -> None:
         self._ledger = ledger
         self._peers = peers or PeerPolicy()
-        self._cache_s = cache_s
+        self._feed = feed
+        self._cache_s = HEARD_TOKEN_CACHE_S if feed is not None else cache_s
         self._cache: dict[str, tuple[TokenSecret, float]] = {}
+        # Bumped by every forget: a lookup that raced a revocation does not cache what it read.
+        self._epoch = 0
         self._lock = threading.Lock()
+        if feed is not None:
+            feed.subscribe(self.forget, self.forget_all)
 
     def authenticate(self, request: Request) -> Principal:
         header = request.headers.get("authorization")
@@ -84,9 +102,26 @@ class TokenAuthenticator:
         raise Unauthenticated("send Authorization: Bearer <token>")
 
     def forget(self, token_id: str) -> None:
-        """Drop a cached token (just revoked here): its next use is judged by the ledger."""
+        """Drop a cached token (just revoked): its next use is judged by the ledger."""
         with self._lock:
+            self._epoch += 1
             self._cache.pop(token_id, None)
+
+    def revoked(self, token_id: str) -> None:
+        """A revocation just committed through this daemon: forgotten here at once and, with a
+        feed, waited for until every other listening daemon has heard it (blocks: a thread)."""
+        self.forget(token_id)
+        if self._feed is not None:
+            unheard = self._feed.confirm(token_id)
+            if unheard:
+                log.warning("auth.revocation_unconfirmed token=%s listeners=%s", token_id,
+                            sorted(unheard))
+
+    def forget_all(self) -> None:
+        """Drop every cached token (revocations may have gone unheard)."""
+        with self._lock:
+            self._epoch += 1
+            self._cache.clear()
 
     def _bearer(self, header: str) -> Principal:
         scheme, _, bearer = header.partition(" ")
@@ -102,15 +137,18 @@ class TokenAuthenticator:
         return Principal(name=found.name, role=found.role, tenant=found.tenant)
 
     def _lookup(self, token_id: str) -> TokenSecret | None:
+        trusted = self._feed is None or self._feed.drain()  # revocations heard so far applied
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(token_id)
-        if cached is not None and now - cached[1] < self._cache_s:
+            epoch = self._epoch
+        if trusted and cached is not None and now - cached[1] < self._cache_s:
             return cached[0]
         found = self._ledger.read(lambda s, _now: tenants.lookup(s, token_id))
-        if found is not None:
+        if found is not None and trusted:
             with self._lock:
-                self._cache[token_id] = (found, now)
+                if self._epoch == epoch:  # no revocation heard while it was read
+                    self._cache[token_id] = (found, now)
         return found
 
 

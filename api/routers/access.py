@@ -43,8 +43,8 @@ async def revoke_token(token_id: TokenId, request: Request, admin: AdminDep) -> 
     command = partial(tenants.revoke_token, token_id=token_id, actor=admin.actor)
     view = await asyncio.wrap_future(ledger_of(request).submit(command))
     auth = getattr(request.app.state, "auth", None)
-    if isinstance(auth, TokenAuthenticator):
-        auth.forget(token_id)
+    if isinstance(auth, TokenAuthenticator):  # answered once every daemon refuses it
+        await asyncio.to_thread(auth.revoked, token_id)
     return Token(**asdict(view))
 
 

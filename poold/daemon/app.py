@@ -2,7 +2,8 @@
 
 The one place that builds objects: migrates the ledger, opens it, registers this host, its pool
 and its devices, builds the metrics and the API, and runs the background tasks with the server:
-the reaper and heartbeat, the periodic rescan, the udev watcher and the systemd watchdog. It tells
+the reaper and heartbeat, the periodic rescan, the udev watcher, the systemd watchdog and (on
+PostgreSQL) the listener that hears token revocations made through other daemons. It tells
 systemd (sd_notify) when the API listens and when it starts to stop. Nothing below this module
 creates engines, writers, threads or tasks on its own.
 """
@@ -56,6 +57,7 @@ from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
+from poold.ledger.tenants import RevocationFeed
 from poold.models import Pool
 from poold.security import load_or_create_key
 from poold.types import EventKind
@@ -102,11 +104,16 @@ class Daemon:
                                   self.node_memory)
         self.auth: TokenAuthenticator | None = None
         self.admin_credential: Path | None = None
+        # Revocations through other daemons on a PostgreSQL ledger, heard as they commit.
+        self.revocations: RevocationFeed | None = None
         if settings.auth == "token":
             self.admin_credential = ensure_admin_credential(self.ledger, settings.state_dir,
                                                             settings.host_name)
+            if not db.is_sqlite(settings.ledger_url):
+                self.revocations = RevocationFeed(settings.ledger_url, settings.host_id)
             self.auth = TokenAuthenticator(
-                self.ledger, peer_policy(settings.peer_admins, settings.peer_tenants))
+                self.ledger, peer_policy(settings.peer_admins, settings.peer_tenants),
+                feed=self.revocations)
         self.app: FastAPI = create_app(self.ledger, lifespan=self._lifespan,
                                        sysfs_root=str(settings.sysfs_root),
                                        lease_key=self.lease_key, metrics=self.metrics,
@@ -236,6 +243,8 @@ class Daemon:
             tasks.append(asyncio.create_task(keep_watchdog(self.notifier, watchdog_s, probe)))
         if self.hotplug is not None:
             self.hotplug.start()
+        if self.revocations is not None:
+            self.revocations.start()
         self.fd_server.start()
         log.info("daemon.started host=%s listen=%s ledger=%s udev=%s watchdog_s=%s", s.host_id,
                  s.listen, self.ledger.url.split("@")[-1], self.hotplug is not None, watchdog_s)
@@ -243,6 +252,8 @@ class Daemon:
             yield
         finally:
             self.fd_server.stop()
+            if self.revocations is not None:
+                self.revocations.stop()
             if self.hotplug is not None:
                 self.hotplug.stop()
             for task in tasks:

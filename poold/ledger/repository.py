@@ -469,6 +469,13 @@ def tenant_usage(conn: Connection, name: str, now: datetime) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def notify(conn: Connection, channel: str, payload: str) -> None:
+    """PostgreSQL NOTIFY: delivered to every listener when the transaction commits, never if it
+    rolls back. SQLite has no listeners: nothing is sent."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_notify(channel, payload)))
+
+
 # --- sharing devices between hosts (poold.ledger.sharing) --------------------------------------
 # Locks: a host's writer takes FOR SHARE on each own claim it places a lease in; another host
 # that trims or releases that claim takes FOR UPDATE (SKIP LOCKED: a claim in use by its owner's

@@ -6,18 +6,23 @@ credential the daemon wrote on first start, as an operator would.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import Engine, create_engine, text
 
 from poold.client import PooldClient
 from poold.errors import Forbidden, QuotaExceeded, Unauthenticated, UnknownLease
@@ -82,8 +87,10 @@ def test_tenants_see_and_touch_only_their_own_leases(served: Served) -> None:
         assert lease.tenant == "team-a"
         assert [x.id for x in a.leases()] == [lease.id]
         assert b.leases() == []
-        for attempt in (lambda: b.get_lease(lease.id), lambda: b.keepalive(lease.id),
-                        lambda: b.release(lease.id)):
+        attempts: list[Callable[[], object]] = [
+            lambda: b.get_lease(lease.id), lambda: b.keepalive(lease.id),
+            lambda: b.release(lease.id)]
+        for attempt in attempts:
             with pytest.raises(UnknownLease):
                 attempt()
         with pytest.raises(Forbidden):
@@ -145,6 +152,120 @@ def test_quotas_hold_under_concurrent_grants(served: Served) -> None:
         admin.raw("PUT", "/v1/tenants/team-d", json={"max_bytes": None, "max_leases": 5})
     with served.client(dave) as d, pytest.raises(QuotaExceeded, match="5 leases"):
         d.grant(2 * MiB, ttl_s=60)
+
+
+def test_lease_count_quota_holds_under_concurrent_grants_on_two_hosts(
+        tmp_path: Path, ledger_url: str) -> None:
+    """Two daemons (two writers) on one ledger, grants racing on both: exactly max_leases are
+    granted, as the tenant's row is locked inside each grant's transaction."""
+    with two_daemons(tmp_path, ledger_url) as (a, b):
+        erin = a.token("erin", tenant="team-e")
+        with a.client() as admin:
+            admin.raw("PUT", "/v1/tenants/team-e", json={"max_bytes": None, "max_leases": 4})
+        outcomes: list[str] = []
+        lock = threading.Lock()
+        start = threading.Barrier(16)
+
+        def grant(served: Served) -> None:
+            with served.client(erin) as e:
+                start.wait(10)
+                try:
+                    e.grant(2 * MiB, ttl_s=60)
+                    result = "granted"
+                except QuotaExceeded:
+                    result = "quota"
+            with lock:
+                outcomes.append(result)
+
+        threads = [threading.Thread(target=grant, args=(a if i % 2 else b,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert (outcomes.count("granted"), outcomes.count("quota")) == (4, 12)
+        with b.client() as admin:
+            team = admin.raw("GET", "/v1/tenants/team-e")
+        assert (team["leased_bytes"], team["live_leases"]) == (8 * MiB, 4)
+
+
+def test_tokens_are_stored_as_sha256_of_the_secret_only(served: Served, ledger_url: str) -> None:
+    bearer = served.token("frank", tenant="team-f")
+    token_id, secret = bearer.removeprefix("pd_").split("_", 1)
+    engine = create_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM tokens"))]
+    finally:
+        engine.dispose()
+    assert len(rows) == 2  # the admin credential and frank's
+    row = next(r for r in rows if r["id"] == token_id)
+    assert row["secret_sha256"] == hashlib.sha256(secret.encode()).hexdigest()
+    for stored in rows:  # no column of any row holds a secret or a bearer string
+        text_of_row = " ".join(str(v) for v in stored.values())
+        assert secret not in text_of_row and bearer not in text_of_row
+        assert served.admin_bearer.rsplit("_", 1)[1] not in text_of_row
+        assert re.fullmatch(r"[0-9a-f]{64}", stored["secret_sha256"])
+
+
+def test_a_revoked_token_is_refused_at_once_by_every_daemon(tmp_path: Path, pg_url: str) -> None:
+    """Revoked through host A, refused by host B on its very next request, though B had just
+    accepted (and cached) it: B hears of the revocation from PostgreSQL as it commits."""
+    with two_daemons(tmp_path, pg_url) as (a, b), a.client() as admin_a:
+        for round_ in range(5):
+            bearer = a.token(f"gina-{round_}", tenant="team-g")
+            with b.client(bearer) as on_b:
+                assert on_b.raw("GET", "/v1/auth/whoami")["tenant"] == "team-g"
+                token_id = bearer.removeprefix("pd_").split("_", 1)[0]
+                admin_a.raw("DELETE", f"/v1/tokens/{token_id}")
+                with pytest.raises(Unauthenticated, match="revoked"):
+                    on_b.raw("GET", "/v1/auth/whoami")
+
+
+def test_revocations_missed_while_not_listening_are_not_trusted(tmp_path: Path,
+                                                                 pg_url: str) -> None:
+    """A revocation B could not hear (written without a notification, as if while B's listening
+    connection was down) is seen once B reconnects: everything cached before is dropped."""
+    with two_daemons(tmp_path, pg_url) as (a, b):
+        bearer = a.token("hank", tenant="team-h")
+        token_id = bearer.removeprefix("pd_").split("_", 1)[0]
+        engine = create_engine(pg_url)
+        try:
+            with b.client(bearer) as on_b:
+                assert on_b.raw("GET", "/v1/auth/whoami")["tenant"] == "team-h"
+                with engine.begin() as conn:
+                    conn.execute(text("UPDATE tokens SET revoked_at = now() WHERE id = :id"),
+                                 {"id": token_id})
+                # Unheard, so B still trusts what it cached: the cache is not read per request.
+                assert on_b.raw("GET", "/v1/auth/whoami")["tenant"] == "team-h"
+                listener = _listener_pid(engine, "host-b")
+                with engine.begin() as conn:
+                    conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": listener})
+                deadline = time.monotonic() + 10
+                while _listener_pid(engine, "host-b") in (None, listener):
+                    assert time.monotonic() < deadline, "B never listened again"
+                    time.sleep(0.05)
+                with pytest.raises(Unauthenticated, match="revoked"):
+                    on_b.raw("GET", "/v1/auth/whoami")
+        finally:
+            engine.dispose()
+
+
+def _listener_pid(engine: Engine, host: str) -> int | None:
+    with engine.connect() as conn:
+        pid = conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = :name"),
+            {"name": f"poold-revocations@{host}"}).scalar()
+    return None if pid is None else int(pid)
+
+
+@contextmanager
+def two_daemons(tmp_path: Path, ledger_url: str) -> Iterator[tuple[Served, Served]]:
+    """Hosts A and B on one ledger, each with its own emulated device and admin credential."""
+    with serving_daemon(tmp_path / "a", auth="token", database_url=ledger_url,
+                        host_id="host-a", emulate_size=64 * MiB) as (_a, url_a), \
+            serving_daemon(tmp_path / "b", auth="token", database_url=ledger_url,
+                           host_id="host-b", emulate_size=64 * MiB) as (_b, url_b):
+        yield Served(url_a, tmp_path / "a"), Served(url_b, tmp_path / "b")
 
 
 @pytest.fixture
