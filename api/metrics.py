@@ -13,7 +13,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,10 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from poold.errors import LedgerUnavailable
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
-from poold.ledger.views import DeviceView, PoolView
-from poold.types import DeviceState
+from poold.ledger.views import DeviceView, EventView, PoolView
+from poold.types import DeviceState, EventKind
 
 OPERATIONS = ("grant", "keepalive", "release", "revoke")
+# Why a lease was taken back from its holder without a release (see reclaim_reason).
+RECLAIM_REASONS = ("lost", "host_lost", "fenced", "expired")
+# The events a reclaim is recorded by.
+RECLAIM_EVENTS = (EventKind.LEASE_LOST, EventKind.LEASE_EXPIRED)
 # Grants and renewals take a group commit (about a millisecond) and up to a fsync under load.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0, 10.0)
@@ -55,8 +65,11 @@ class Metrics:
         self.expiries = Counter(
             "poold_lease_expiries", "Expired leases the reaper finalised", registry=r)
         self.reclaims = Counter(
-            "poold_lease_reclaims", "Leases taken back from their holders without a release: "
-            "lost when their device vanished or changed", ["reason"], registry=r)
+            "poold_lease_reclaims", "Leases this host took back from their holders without a "
+            "release, by reason: lost (their device vanished or changed), host_lost (held by a "
+            "host silent past host_ttl + grace), fenced (this host's own, after it lost the "
+            "ledger for host_ttl), expired (past expires_at, taken by a grant short of room "
+            "before a reaper finalised them)", ["reason"], registry=r)
         self.ledger_errors = Counter(
             "poold_ledger_errors", "LedgerUnavailable seen, by where: api, reaper, rescan, "
             "probe, metrics", ["source"], registry=r)
@@ -64,6 +77,10 @@ class Metrics:
             "poold_scrubbed_bytes", "Bytes of ended leases zeroed before reuse", registry=r)
         self.scrubs = Counter(
             "poold_scrubs", "Ended leases whose bytes were zeroed and freed", registry=r)
+        self.scrub_remaining = Gauge(
+            "poold_scrub_remaining_bytes", "Bytes of ended leases this host's scrubber has "
+            "still to zero before they can be granted again (set at each pass, lowered as it "
+            "zeroes)", registry=r)
         self.rescans = Counter(
             "poold_rescans", "Inventory rescans, by trigger and outcome", ["trigger", "outcome"],
             registry=r)
@@ -71,10 +88,25 @@ class Metrics:
         # label lookup.
         self.ok = {op: self.lease_ops.labels(op, "ok") for op in OPERATIONS}
         self.latency = {op: self.lease_latency.labels(op) for op in OPERATIONS}
-        self.reclaims.labels("lost")
+        for reason in RECLAIM_REASONS:
+            self.reclaims.labels(reason)
 
     def ledger_error(self, source: str) -> None:
         self.ledger_errors.labels(source).inc()
+
+
+def reclaim_reason(event: EventView, host_id: str) -> str | None:
+    """The reason (RECLAIM_REASONS) for which host `host_id` took back the lease whose end
+    `event` records; None when the event is no reclaim, or another host's."""
+    if event.kind == EventKind.LEASE_LOST:
+        if event.actor == "inventory":  # its device, on the host that scanned it
+            return "lost" if event.host == host_id else None
+        if event.details.get("by") != host_id:
+            return None
+        return "fenced" if event.host == host_id else "host_lost"
+    if event.kind == EventKind.LEASE_EXPIRED and event.details.get("expired_by") == host_id:
+        return "expired"
+    return None
 
 
 class CapacityCollector(Collector):

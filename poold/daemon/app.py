@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from fnmatch import fnmatch
@@ -28,7 +29,7 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.auth import TokenAuthenticator
-from api.metrics import Metrics
+from api.metrics import RECLAIM_EVENTS, Metrics, reclaim_reason
 from api.routers.ops import ledger_problem
 from drivers import DriverFailure
 from drivers.daxctl import DaxControl
@@ -60,7 +61,6 @@ from poold.ledger.liveness import Liveness
 from poold.ledger.tenants import RevocationFeed
 from poold.models import Pool
 from poold.security import load_or_create_key
-from poold.types import EventKind
 
 log = logging.getLogger(__name__)
 
@@ -171,22 +171,26 @@ class Daemon:
         newest = self.ledger.read(lambda s, _now: reads.events(s, limit=1))
         return newest[0].id if newest else 0
 
-    def _count_reclaims(self) -> None:
-        """Count this host's lease.lost events since the last look: reconciling the inventory
-        ends leases inside the ledger, and the audit log is how the edge learns how many.
-        (Past 10,000 in one rescan the count falls short; the leases are lost all the same.)"""
+    def _count_reclaims(self, source: str = "rescan") -> None:
+        """Count the leases this host took back from their holders since the last look, by
+        reason (api.metrics.reclaim_reason): ledger commands (inventory reconciling, the reaper,
+        a grant short of room) end them inside transactions, and the audit log is how the edge
+        learns how many. (Past 10,000 of a kind between two looks the count falls short; the
+        leases are taken back all the same.)"""
         with self._reclaims_lock:
             try:
-                found = self.ledger.read(lambda s, _now: reads.events(
-                    s, after_id=self._events_seen, kind=EventKind.LEASE_LOST, limit=10_000))
+                found = self.ledger.read(lambda s, _now: [
+                    event for kind in RECLAIM_EVENTS for event in reads.events(
+                        s, after_id=self._events_seen, kind=kind, limit=10_000)])
             except LedgerUnavailable:
-                self.metrics.ledger_error("rescan")
-                return  # the cursor stays: the next rescan counts these too
+                self.metrics.ledger_error(source)
+                return  # the cursor stays: the next look counts these too
             if found:
                 self._events_seen = max(e.id for e in found)
-            lost = sum(1 for e in found if e.host == self.settings.host_id)
-        if lost:
-            self.metrics.reclaims.labels("lost").inc(lost)
+            reasons = Counter(reclaim_reason(e, self.settings.host_id) for e in found)
+        for reason, count in reasons.items():
+            if reason is not None:
+                self.metrics.reclaims.labels(reason).inc(count)
 
     def _register(self, tx: Tx, specs: list[DeviceSpec] | None) -> None:
         registry.register_host(tx, self.settings.host_name)
@@ -223,6 +227,7 @@ class Daemon:
                           liveness.silent_s)
             raise
         self.metrics.expiries.inc(reaped)
+        self._count_reclaims("reaper")  # lost hosts adopted, a fence's leases, grants' expiries
         return reaped
 
     @contextlib.asynccontextmanager

@@ -56,6 +56,8 @@ class Scrubber:
         ends: dict[str, int] = {}  # per device, the furthest byte this pass zeroes
         for job in jobs:
             ends[job.chardev] = max(ends.get(job.chardev, 0), job.offset + job.length)
+        zeroed = [job for job in jobs if job.kind != DeviceKind.SYSTEM_RAM]  # memfds: no bytes
+        self._metrics.scrub_remaining.set(sum(job.length - job.done for job in zeroed))
         with _Mappings(ends) as mappings:
             for job in jobs:
                 try:
@@ -68,6 +70,9 @@ class Scrubber:
                                 job.chardev, exc)
                     continue
                 done.append(job.lease_id)
+        finished = set(done)  # what failed is tried again at the next pass
+        self._metrics.scrub_remaining.set(sum(
+            job.length - job.done for job in zeroed if job.lease_id not in finished))
         # One transaction frees the whole pass: under churn, one commit instead of one each.
         freed = sum(view is not None for view in self._ledger.run(
             lambda tx: [leases.finish_scrub(tx, lease_id) for lease_id in done])) if done else 0
@@ -97,6 +102,7 @@ class Scrubber:
             _memset(size)(base + job.offset + done, 0, size)
             done += size
             self._metrics.scrubbed.inc(size)
+            self._metrics.scrub_remaining.dec(size)
             if done < job.length and time.monotonic() - noted >= PROGRESS_EVERY_S:
                 self._ledger.run(partial(leases.scrub_progress, lease_id=job.lease_id,
                                          done=done))

@@ -127,7 +127,7 @@ def _lost(tx: Tx, lease: LeaseRecord, reason: str, holder: str) -> None:
     are free at once, or kept as `scrubbing` until this host's scrubber zeroed them."""
     tx.event(EventKind.LEASE_LOST, "reaper", host_id=holder, device_id=lease.device_id,
              lease_id=lease.id, offset=lease.offset, length=lease.length,
-             generation=lease.generation, reason=reason)
+             generation=lease.generation, reason=reason, by=tx.host_id)
     pool = tx.catalog.pool_by_id(lease.pool_id)
     if pool is None:
         tx.refresh_catalog()

@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from poold.client import PooldClient
+from poold.daemon import scrub
 from poold.errors import NoCapacity
 from poold.types import MiB
 from tests.daemon_fixtures import serving_daemon
@@ -24,6 +28,12 @@ def bearer(url: str, admin: str, name: str, tenant: str) -> str:
         made = client.raw("POST", "/v1/tokens", json={"name": name, "role": "tenant",
                                                        "tenant": tenant})
     return str(made["bearer"])
+
+
+def scrape(url: str) -> dict[str, float]:
+    return {name: float(value) for name, value in (
+        line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
+        if not line.startswith("#"))}
 
 
 def test_tenant_b_reads_zeros_where_tenant_a_wrote(tmp_path: Path) -> None:
@@ -52,11 +62,11 @@ def test_tenant_b_reads_zeros_where_tenant_a_wrote(tmp_path: Path) -> None:
         with PooldClient(url, token=admin) as client:
             kinds = [e.kind for e in client.events(lease_id=first.id)]
             assert kinds[:2] == ["lease.scrubbed", "lease.released"]
-        metrics = dict(line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics").text
-                       .splitlines() if not line.startswith("#"))
-        assert float(metrics["poold_scrubbed_bytes_total"]) == SIZE
-        assert float(metrics["poold_scrubs_total"]) == 1
-        assert float(metrics['poold_pool_bytes{pool="default",state="scrubbing"}']) == 0
+        metrics = scrape(url)
+        assert metrics["poold_scrubbed_bytes_total"] == SIZE
+        assert metrics["poold_scrubs_total"] == 1
+        assert metrics['poold_pool_bytes{pool="default",state="scrubbing"}'] == 0
+        assert metrics["poold_scrub_remaining_bytes"] == 0
 
 
 def test_cli_release_waits_for_the_scrub_with_progress(tmp_path: Path) -> None:
@@ -71,3 +81,50 @@ def test_cli_release_waits_for_the_scrub_with_progress(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr
         assert '"state": "released"' in out.stdout
         assert "scrubbing [" in out.stderr and "100% 64MiB of 64MiB" in out.stderr
+
+
+def test_metrics_show_a_large_scrub_under_way(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 192 MiB extent is zeroed in three 64 MiB chunks; the scrubber is held before its last
+    (at the memset seam) so a scrape lands mid-scrub: the extent counts as scrubbing in its pool
+    and device, and the bytes still to zero are what is left."""
+    large = 3 * scrub.CHUNK
+    before_last, go_on = threading.Event(), threading.Event()
+    chunks: list[int] = []
+    memset = scrub._memset
+
+    def held(size: int) -> Callable[[int, int, int], object]:
+        def zero(address: int, value: int, count: int) -> object:
+            chunks.append(count)
+            if len(chunks) == 3:
+                before_last.set()
+                assert go_on.wait(30)
+            return memset(size)(address, value, count)
+        return zero
+
+    monkeypatch.setattr(scrub, "_memset", held)
+    with serving_daemon(tmp_path, emulate_size=large) as (_daemon, url), PooldClient(url) as client:
+        lease = client.grant(large, ttl_s=60)
+        assert client.release(lease.id).state == "scrubbing"
+        assert before_last.wait(30), "the scrubber never started"
+        try:
+            during = scrape(url)
+            assert client.get_lease(lease.id).state == "scrubbing"
+        finally:
+            go_on.set()
+        deadline = time.monotonic() + 30
+        while client.get_lease(lease.id).state == "scrubbing":
+            assert time.monotonic() < deadline, "the scrub never finished"
+            time.sleep(0.05)
+        after = scrape(url)
+    device = 'poold_device_bytes{device="emu0",host="test-host",pool="default",state="scrubbing"}'
+    assert during['poold_pool_bytes{pool="default",state="scrubbing"}'] == large
+    assert during[device] == large
+    assert during['poold_pool_bytes{pool="default",state="available"}'] == 0
+    assert during["poold_scrub_remaining_bytes"] == scrub.CHUNK
+    assert during["poold_scrubbed_bytes_total"] == 2 * scrub.CHUNK
+    assert after['poold_pool_bytes{pool="default",state="scrubbing"}'] == 0
+    assert after[device] == 0
+    assert after["poold_scrub_remaining_bytes"] == 0
+    assert after["poold_scrubbed_bytes_total"] == large
+    assert chunks == [scrub.CHUNK] * 3
