@@ -24,7 +24,7 @@ from tests.daemon_fixtures import serving_daemon
 from tests.sysfs_trees import extract
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, ViewportSize
 
 REQUIRE_BROWSER = os.environ.get("POOLD_TEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = Path(os.environ.get("POOLD_TEST_CHROMIUM", "/usr/bin/chromium"))
@@ -181,3 +181,35 @@ def human(n: int) -> str:
         x, i = x / 1024, i + 1
     digits = 0 if i == 0 or x.is_integer() or x >= 100 else 1
     return f"{x:.{digits}f} {units[i]}"
+
+
+LAPTOPS: tuple[ViewportSize, ...] = ({"width": 1366, "height": 768}, {"width": 1280, "height": 800})
+
+# What sticks out sideways: the document wider than the window, a table that scrolls within its
+# frame, or any visible element whose right edge is past the window's.
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const found = [];
+  if (document.documentElement.scrollWidth > width) {
+    found.push(`the page is ${document.documentElement.scrollWidth} px wide`);
+  }
+  for (const wrap of document.querySelectorAll(".table-wrap")) {
+    if (wrap.scrollWidth > wrap.clientWidth + 1) {
+      const head = [...wrap.querySelectorAll("th")].map((th) => th.textContent).join("|");
+      found.push(`a table scrolls ${wrap.scrollWidth - wrap.clientWidth} px sideways: ${head}`);
+    }
+  }
+  for (const el of document.querySelectorAll("body *")) {
+    const box = el.getBoundingClientRect();
+    if (el.offsetParent !== null && box.width > 0 && box.right > width + 1) {
+      found.push(`${el.tagName.toLowerCase()}.${el.className} ends at ${Math.round(box.right)} px`);
+    }
+  }
+  return found.slice(0, 10);
+}"""
+
+
+def overflow(page: Page) -> list[str]:
+    """What sticks out past the right edge of the window (nothing, on a page that fits)."""
+    found: list[str] = page.evaluate(OVERFLOW)
+    return found

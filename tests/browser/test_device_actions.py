@@ -13,12 +13,12 @@ import pytest
 
 from drivers.daxctl import DaxControl
 from poold.types import MiB
-from tests.browser.conftest import Served, human, logged_in, serve
+from tests.browser.conftest import LAPTOPS, Served, human, logged_in, overflow, serve
 from tests.daemon.test_device_ops import NO_SCRUB
 from tests.drivers.fake_kernel import FakeKernel
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Page, ViewportSize
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +135,11 @@ def test_cancel_refusal_and_typo_change_nothing(devices_page: Page,
             then="destroy dax0.0 refused: DeviceBusy")
     assert (kernel.snapshot(), devices(served)) == before
     assert not [w for w in kernel.writes if "dax0.2" in w[0]]  # the cancelled ones wrote nothing
+
+
+@pytest.mark.parametrize("size", LAPTOPS, ids=lambda s: f"{s['width']}x{s['height']}")
+def test_the_devices_page_with_its_actions_fits_a_laptop_screen(
+        devices_page: Page, size: ViewportSize) -> None:
+    devices_page.set_viewport_size(size)
+    devices_page.wait_for_selector('tr[data-dax-region="0"] button.create')
+    assert overflow(devices_page) == []

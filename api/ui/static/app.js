@@ -250,7 +250,7 @@ function table(columns, rows, sort) {
     const classes = [c.num ? "num" : "", c.sortable && sort ? "sortable" : ""];
     if (sort && sort.key === c.key) classes.push(sort.dir > 0 ? "sorted-asc" : "sorted-desc");
     return h("th", {
-      class: classes.join(" ").trim() || null, "data-key": c.key,
+      class: classes.join(" ").trim() || null, "data-key": c.key, title: c.title,
       onclick: c.sortable && sort ? () => sort.onSort(c.key) : null,
     }, c.label);
   });
@@ -519,9 +519,10 @@ function leasableOf(device, t) {
 }
 
 function deviceTable(devices, dax, byRegion) {
-  const cols = ["Device", "Pool", "Host", "State", "Mode", "NUMA node",
-    "Backing (memdev → CXL region → DAX region)", "Size", "Leased", "Leasable", "Actions"]
-    .map((label) => ({ key: label, label, num: ["Size", "Leased"].includes(label) }));
+  // Short headers, and cells that may wrap, so the table fits a laptop screen unscrolled.
+  const cols = ["Device", "Pool", "Host", "State", "Mode", "NUMA", "Backing", "Size", "Leased",
+    "Leasable", "Actions"].map((label) => ({ key: label, label, num: ["Size", "Leased"].includes(label),
+    title: { NUMA: "NUMA node", Backing: "memdev → CXL region → DAX region" }[label] }));
   const rows = devices.map((d) => {
     const t = topologyOf(d, dax);
     const [ok, why] = leasableOf(d, t);
@@ -544,7 +545,7 @@ function deviceTable(devices, dax, byRegion) {
       h("td", { class: "num" }, fmtBytes(d.size)),
       h("td", { class: "num" }, `${fmtBytes(d.leased_bytes)} (${pct(d.leased_bytes, d.size).toFixed(0)} %)`),
       h("td", { class: "wrap" }, stateBadge(ok ? "yes" : "no"), why ? ` ${why}` : ""),
-      h("td", {}, action, " ", h("a", { href: `#/map/${d.id}` }, "Map")));
+      h("td", { class: "actions" }, action, " ", h("a", { href: `#/map/${d.id}` }, "Map")));
   });
   return table(cols, rows);
 }
@@ -627,14 +628,14 @@ function kernelTables(topo, known) {
     h("td", { class: "wrap" }, stateBadge(d.leasable ? "yes" : "no"),
       d.leasable ? "" : ` ${d.not_leasable_because}`),
     h("td", {}, known.has(baseName(d.chardev)) ? "yes" : "no"),
-    h("td", {}, h("button", { class: "small ghost reconfigure", onclick: () => reconfigureAction(d) },
+    h("td", { class: "actions" }, h("button", { class: "small ghost reconfigure", onclick: () => reconfigureAction(d) },
       d.mode === "system-ram" ? "To devdax" : "To system-ram"), " ",
     h("button", { class: "small ghost resize", onclick: () => resizeAction(d) }, "Resize"), " ",
     h("button", { class: "small ghost destroy", onclick: () => destroyAction(d) }, "Destroy"))));
   out.push(h("h2", {}, "DAX devices"), daxRows.length
-    ? table(["DAX device", "DAX region", "nd region", "CXL region", "Memdevs", "NUMA node",
+    ? table(["DAX device", "DAX region", "nd region", "CXL region", "Memdevs", "NUMA",
       "Target node", "Mode", "State", "Size", "Leasable", "In ledger", "Actions"]
-      .map((label) => ({ key: label, label, num: label === "Size" })), daxRows)
+      .map((label) => ({ key: label, label, num: label === "Size", title: label === "NUMA" ? "NUMA node" : null })), daxRows)
     : emptyState("The kernel shows no DAX device."));
   const regionRowsDax = (topo.dax_regions || []).map((r) => h("tr", { "data-dax-region": r.id },
     h("td", {}, `region${r.id}`), h("td", { class: "mono" }, r.path),
