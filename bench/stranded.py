@@ -13,10 +13,11 @@ from its `lease.granted` event; its hold is bounded by what the ledger recorded 
 client saw: it may have held bytes from max(granted event, request sent) until min(expires_at,
 release acknowledged), and certainly held them from the grant's answer until min(expires_at, end
 event). Past its expires_at a lease's bytes count as idle (DESIGN.md: what an expired lease
-holds is reclaimed before a refusal). The refusal is *stranded* when some device had a run of the request's size that no lease may have held at any
-instant from the request's sending to its answer: whatever instant the ledger refused at, idle
-capacity could have served it. It is *borderline* when such a run existed at some instant of the
-round trip only (a race with another host's grant or release, milliseconds wide).
+holds is reclaimed before a refusal). The refusal is *stranded* when some device had a run of
+the request's size that no lease may have held at any instant from the request's sending to its
+answer: whatever instant the ledger refused at, idle capacity could have served it. It is
+*borderline* when such a run existed at some instant of the round trip only (a race with another
+host's grant or release, milliseconds wide).
 
 Run: python bench/stranded.py [--database-url URL] [--out docs] (about three minutes): writes
 docs/bench-stranded.md and, with matplotlib installed, docs/bench-stranded.png.
