@@ -2,6 +2,10 @@
 Debian's headless Chromium (/usr/bin/chromium, never a downloaded browser) driven by Playwright,
 and the admin credential the daemon wrote to <state_dir>/admin.token.
 
+`served` is one such daemon per test module; `cluster` adds a second, live host and a lost one
+on its ledger (tests.browser.peers); `serve` makes one with other settings (a fake kernel's
+sysfs, a port to come back on). `overflow` says what sticks out of a laptop-sized window.
+
 Where Chromium or Playwright is missing the tests skip, unless POOLD_TEST_REQUIRE_BROWSER=1 (CI),
 in which case they fail. Screenshots go to tests/browser/artifacts/ (ignored by git).
 """
