@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml  # type: ignore[import-untyped]  # the test extra has it (schemathesis), no stubs
+
+from poold.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -38,8 +42,31 @@ def test_import_contracts() -> None:
 
 
 def test_docker_compose_file_is_valid() -> None:
-    """`docker compose config` needs an engine here; Debian's docker-compose validates alone."""
+    """`docker compose config` needs an engine here; Debian's docker-compose validates alone.
+    Beyond valid: PostgreSQL and two poold hosts that share one emulated device, each host's
+    environment a valid poold configuration."""
     checker = shutil.which("docker-compose")
     if checker is None:
+        if os.environ.get("POOLD_TEST_REQUIRE_COMPOSE") == "1":
+            pytest.fail("docker-compose is required (POOLD_TEST_REQUIRE_COMPOSE=1)")
         pytest.skip("docker-compose not installed (CI installs it)")
-    check(checker, "-f", str(ROOT / "docker-compose.yml"), "config", "-q")
+    result = subprocess.run([checker, "-f", str(ROOT / "docker-compose.yml"), "config"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    hosts = {name: svc for name, svc in services.items() if name.startswith("poold")}
+    assert "postgres" in services and len(hosts) == 2
+    settings = [Settings(**{k.removeprefix("POOLD_").lower(): v
+                            for k, v in svc["environment"].items()})
+                for svc in hosts.values()]
+    assert len({s.host_id for s in settings}) == 2
+    assert {(s.emulate_path, s.emulate_uid, s.emulate_size) for s in settings} == {
+        (settings[0].emulate_path, settings[0].emulate_uid, settings[0].emulate_size)}
+    urls = [s.database_url or "" for s in settings]
+    assert all(u.startswith("postgresql+psycopg://") and "@postgres:5432/" in u for u in urls)
+    assert settings[0].emulate_uid is not None and settings[0].emulate_path is not None
+    shared_dir = str(settings[0].emulate_path.parent)
+    # The device's file is on one volume that both hosts mount there (entries: "src:dst:mode").
+    sources = {next(v.split(":")[0] for v in svc["volumes"] if v.split(":")[1] == shared_dir)
+               for svc in hosts.values()}
+    assert len(sources) == 1 and sources <= set(yaml.safe_load(result.stdout)["volumes"])
