@@ -15,6 +15,9 @@ import secrets
 from pathlib import Path
 
 KEY_BYTES = 32
+# The admin credential the daemon writes on first start, in its state directory (0600); the CLI
+# on the same host reads it from there.
+ADMIN_TOKEN_FILE = "admin.token"
 
 
 def load_or_create_key(path: Path) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 from poold.client.http import PooldClient
 from poold.config import Settings, load_settings
-from poold.daemon.access import ADMIN_TOKEN_FILE
+from poold.security import ADMIN_TOKEN_FILE
 
 
 def ledger_options(parser: argparse.ArgumentParser) -> None:

@@ -11,18 +11,18 @@ import json
 import sys
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from drivers import DriverFailure
 from drivers.topology import scan
-from poold import db, errors
+from poold import errors
 from poold.cli import access, device
 from poold.cli.common import api_options, client, ledger_options, load
 from poold.cli.output import print_json, print_table, wait_for_scrub
 from poold.inventory.discovery import discover_json
-from poold.ledger.clock import DatabaseClock
-from poold.ledger.fsck import fsck
 from poold.types import LeaseState, parse_size
+
+# The ledger's modules (SQLAlchemy, Alembic) and the daemon's (uvicorn) are imported by the
+# commands that use them: half a second of start-up that `poold list` or `poold lease` would
+# pay for nothing.
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from poold.daemon import Daemon  # the daemon pulls in uvicorn: only for `serve`
+    from poold.daemon import Daemon
     from poold.daemon.logs import configure_logging
 
     settings = load(args, listen=args.listen, emulate_size=args.emulate,
@@ -155,6 +155,12 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _fsck(args: argparse.Namespace) -> int:
+    from sqlalchemy.orm import Session
+
+    from poold import db
+    from poold.ledger.clock import DatabaseClock
+    from poold.ledger.fsck import fsck
+
     settings = load(args)
     engine = db.make_engine(settings.ledger_url, writer=False)
     try:
@@ -169,6 +175,8 @@ def _fsck(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from poold import db
+
     settings = load(args)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.ledger_url)

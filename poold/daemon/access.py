@@ -12,12 +12,10 @@ from pathlib import Path
 from api.auth import PeerPolicy
 from poold.ledger import tenants
 from poold.ledger.ledger import Ledger
-from poold.security import split_token, write_private
+from poold.security import ADMIN_TOKEN_FILE, split_token, write_private
 from poold.types import Role
 
 log = logging.getLogger(__name__)
-
-ADMIN_TOKEN_FILE = "admin.token"
 
 
 def ensure_admin_credential(ledger: Ledger, state_dir: Path, host_name: str) -> Path:
