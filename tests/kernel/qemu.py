@@ -11,7 +11,10 @@ How a guest works (see shared/reference/kernel-cxl-qemu.md for why each step is 
   host's python3, venv, ndctl, daxctl and cxl run unchanged in the guest at the same paths;
 - a generated stage-2 script (a host file, read through that root) mounts a second, writable 9p
   share, loads the CXL/DAX modules (no udev in the guest), runs the caller's script in the host's
-  cwd with $OUT set, records its exit status, and powers off through sysrq.
+  cwd with $OUT set, records its exit status, and powers off through sysrq;
+- or, for a scenario with `systemd=True`, stage 2 does the same set-up and then execs the host's
+  systemd as PID 1, which runs the script as a unit of its own (so journald and udev run and the
+  script can drive systemctl) and brings the boot's journal back with the script's status.
 """
 
 from __future__ import annotations
@@ -65,22 +68,23 @@ def _apt_update() -> None:
     _run("apt-get", "update", "-qq")
 
 
-def _missing_packages() -> list[str]:
+def missing_packages(packages: tuple[str, ...] = APT_PACKAGES) -> list[str]:
     def installed(pkg: str) -> bool:
         query = ["dpkg-query", "-W", "-f=${db:Status-Status}", pkg]
         done = subprocess.run(query, capture_output=True, text=True)
         return done.stdout == "installed"
 
-    return [pkg for pkg in APT_PACKAGES if not installed(pkg)]
+    return [pkg for pkg in packages if not installed(pkg)]
 
 
-def ensure_tools() -> None:
-    """Install the missing host packages; raise HarnessUnavailable where that is impossible."""
+def ensure_tools(*extra: str) -> None:
+    """Install the missing host packages (APT_PACKAGES and `extra`, those a test needs besides);
+    raise HarnessUnavailable where that is impossible."""
     if os.geteuid() != 0:
         raise HarnessUnavailable("the QEMU kernel tier needs root (apt-get, 9p export of /)")
     if shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
         raise HarnessUnavailable("the QEMU kernel tier needs apt-get (a Debian host)")
-    missing = _missing_packages()
+    missing = missing_packages((*APT_PACKAGES, *extra))
     if missing:
         _apt_update()
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -215,6 +219,7 @@ class Scenario:
     devices: tuple[str, ...] = ()
     cmdline: str = ""  # kernel command line extras
     modules: tuple[str, ...] = CXL_MODULES
+    systemd: bool = False  # boot systemd as init after stage 2's set-up (RUN_SYSTEMD)
 
 
 def _cxl_bridge(n: int, bus_nr: int) -> tuple[str, ...]:
@@ -284,6 +289,7 @@ class GuestResult:
     backing_dir: Path  # QEMU's backing files (cxl-mem0.raw, ...), readable after the run
     wall_s: float
     setup_log: str = field(default="", repr=False)  # modprobe and mount output in the guest
+    journal: str = field(default="", repr=False)  # `journalctl -b`, where the guest ran systemd
 
 
 STAGE2 = """#!/bin/sh
@@ -297,7 +303,9 @@ mount -t 9p -o {p9} hostshare "$SHARE" > /dev/console 2>&1
   modprobe -a {modules_list} && echo "stage2: modules loaded" || echo "stage2: modprobe FAILED"
 }} > "$SHARE/setup.log" 2>&1
 {{ cat "$SHARE/setup.log"; echo "stage2: running the guest script"; }} > /dev/console
-cd {cwd} && /bin/sh {script} > "$SHARE/stdout" 2> "$SHARE/stderr"
+{run}"""
+
+RUN_SH = """cd {cwd} && /bin/sh {script} > "$SHARE/stdout" 2> "$SHARE/stderr"
 echo $? > "$SHARE/returncode"
 sync
 echo "stage2: script finished, powering off" > /dev/console
@@ -305,6 +313,36 @@ echo o > /proc/sysrq-trigger
 # Spin on a builtin: sysrq powers off asynchronously and soon takes the 9p root away, so an
 # external `sleep` fails to exec, init exits, and the kernel panics on the way down.
 while :; do :; done
+"""
+
+# systemd as PID 1, asked for one unit: the script's, with what a service needs by default
+# (sysinit.target: journald, udev, tmpfiles), never the host's enabled services. Units and
+# overrides go to the tmpfs overlay: the host's /etc is untouched.
+RUN_SYSTEMD = """mkdir -p /etc/systemd/system /etc/tmpfiles.d
+# tmp.conf's 'D /tmp' would empty /tmp at boot, where this run's scripts and share are.
+: > /etc/tmpfiles.d/tmp.conf
+cat > /etc/systemd/system/poold-guest.service <<'EOF'
+[Unit]
+Description=poold guest script (tests/kernel/qemu.py), then power off
+[Service]
+Type=oneshot
+TimeoutStartSec=infinity
+ExecStart=/bin/sh {runner}
+EOF
+echo "stage2: exec systemd" > /dev/console
+exec /lib/systemd/systemd --unit=poold-guest.service --show-status=yes
+"""
+
+# The unit's command. A service starts with systemd's environment, not stage 2's.
+RUNNER = """export PATH={path} HOME=/root OUT={out}
+SHARE={share}
+cd {cwd} && /bin/sh {script} > "$SHARE/stdout" 2> "$SHARE/stderr"
+status=$?
+journalctl -b --no-pager -o short-monotonic > "$SHARE/journal.log" 2>&1
+echo $status > "$SHARE/returncode"
+sync
+echo "poold-guest: script finished, powering off" > /dev/console
+systemctl poweroff --force --force
 """
 
 
@@ -334,10 +372,16 @@ def run_guest(scenario: str | Scenario, guest_script: str, timeout_s: float = 24
     (work / "script.sh").write_text(guest_script)
     path = ":".join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin"),
                      "/usr/sbin", "/sbin"])
+    where = {"path": _q(path), "out": _q(out), "share": _q(share),
+             "cwd": _q(cwd or Path.cwd()), "script": _q(work / "script.sh")}
+    if spec.systemd:
+        (work / "runner.sh").write_text(RUNNER.format(**where))
+        run = RUN_SYSTEMD.format(runner=work / "runner.sh")
+    else:
+        run = RUN_SH.format(**where)
     (work / "stage2.sh").write_text(STAGE2.format(
-        path=_q(path), out=_q(out), share=_q(share), p9=P9_OPTS, kver=kernel.version,
-        modules=_q(kernel.modules), modules_list=" ".join(spec.modules),
-        cwd=_q(cwd or Path.cwd()), script=_q(work / "script.sh")))
+        **where, p9=P9_OPTS, kver=kernel.version, modules=_q(kernel.modules),
+        modules_list=" ".join(spec.modules), run=run))
     console = work / "console.log"
     cmd = ["timeout", "-k", "10", str(int(timeout_s)), *_qemu_args(spec, kernel, work, console)]
     start = time.monotonic()
@@ -347,9 +391,11 @@ def run_guest(scenario: str | Scenario, guest_script: str, timeout_s: float = 24
     rc_file = share / "returncode"
     if not rc_file.exists():
         raise GuestError(_failure(done.returncode, timeout_s, console, done.stderr, share))
+    journal = share / "journal.log"
     return GuestResult(int(rc_file.read_text()), (share / "stdout").read_text(),
                        (share / "stderr").read_text(), console, out, backing, wall,
-                       (share / "setup.log").read_text())
+                       (share / "setup.log").read_text(),
+                       journal.read_text(errors="replace") if journal.exists() else "")
 
 
 def _qemu_args(spec: Scenario, kernel: Kernel, work: Path, console: Path) -> list[str]:
