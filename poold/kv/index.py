@@ -80,7 +80,6 @@ class BlockIndex:
         """Index one committed block, referenced now."""
         self._policy.insert(key, self.rank(priority))  # refuses a key indexed already
         self._where[key] = _new_tuple(Location, (slab, slot, slot * self.block_size, priority))
-        slab.keys[slot] = key
 
     def add_many(self, blocks: Sequence[tuple[bytes, LeaseSlab, int]], priority: str) -> None:
         """Index committed blocks (key, slab, slot), all referenced now."""
@@ -90,8 +89,6 @@ class BlockIndex:
         self._policy.insert_many([b[0] for b in blocks], self.rank(priority))
         self._where.update({key: _new_tuple(Location, (slab, slot, slot * size, priority))
                             for key, slab, slot in blocks})
-        for key, slab, slot in blocks:
-            slab.keys[slot] = key
 
     def touch(self, key: bytes) -> None:
         self._policy.touch(key)
@@ -118,11 +115,12 @@ class BlockIndex:
 
     def drop_slab(self, slab: LeaseSlab) -> int:
         """Forget every block of a slab the store no longer holds (pins and holds included);
-        its slots are not freed, they went with the lease. Returns how many blocks went."""
-        keys = list(slab.keys.values())
+        its slots are not freed, they went with the lease. Returns how many blocks went.
+        (A scan of the index: leases are lost rarely, blocks are stored all the time, so no
+        per-slab key list is kept up to date for it.)"""
+        keys = [key for key, where in self._where.items() if where.slab is slab]
         for key in keys:
             self._forget(key)
-        slab.keys.clear()
         return len(keys)
 
     def pin(self, keys: Iterable[bytes]) -> int:
@@ -157,7 +155,6 @@ class BlockIndex:
         return self._policy.order()
 
     def _forget(self, key: bytes) -> None:
-        where = self._where.pop(key)
-        where.slab.keys.pop(where.slot, None)
+        self._where.pop(key)
         self._policy.remove(key)  # drops its pins, session holds included
         self._sessions.forget(key)

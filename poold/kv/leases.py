@@ -35,7 +35,6 @@ class LeaseSlab:
         self.mapping: Mapping | None = lease.map()
         # A read-only view of the whole extent, so a zero-copy get is one slice of it.
         self.readonly: memoryview | None = self.mapping.buffer.toreadonly()
-        self.keys: dict[int, bytes] = {}  # slot -> key of each committed block
         self.dead_reason: str | None = None  # set once the store stopped using this lease
         self.idle_since: float | None = now  # when the last slot became free; None: in use
 
@@ -78,7 +77,6 @@ class LeaseSlab:
         return slots
 
     def free(self, slot: int, now: float) -> None:
-        self.keys.pop(slot, None)
         self.slab.free(slot)
         if self.slab.empty:
             self.idle_since = now

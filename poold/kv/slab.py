@@ -42,13 +42,15 @@ class Slab:
         return slot
 
     def alloc_many(self, count: int) -> list[int]:
-        """Up to `count` free slots, in the order alloc() would hand them out: on a fresh slab,
-        a run of consecutive slots, so the store can copy them in one go."""
+        """Up to `count` free slots, the ones alloc() would hand out, in ascending order: on a
+        fresh slab, and after blocks that were neighbours were freed together, a run of
+        consecutive slots, so the store can copy a batch into them in one go. (In the LIFO's
+        own order, slots freed in ascending order would come back descending: one copy each.)"""
         if count <= 0:
             return []
         taken = self._free[-count:]
         del self._free[-count:]
-        taken.reverse()
+        taken.sort()
         in_use = self._in_use
         for slot in taken:
             in_use[slot] = 1

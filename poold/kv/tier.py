@@ -106,6 +106,14 @@ class Tier:
                priority: str) -> None:
         """Index the blocks that were copied into a lease still held; free the other slots."""
         self.inflight.difference_update([item[1] for item in reserved])
+        if all(written) and all(slab.usable for slab in {item[2] for item in reserved}):
+            # Every copy made, every lease still held: the common case, in bulk.
+            self.index.add_many([(key, slab, slot) for _i, key, slab, slot in reserved],
+                                priority)
+            self.index.counts["stored"] += len(reserved)
+            for item in reserved:
+                held[item[0]] = True
+            return
         stored: list[tuple[bytes, LeaseSlab, int]] = []
         lost, last, alive = False, None, False
         for (i, key, slab, slot), ok in zip(reserved, written, strict=True):
