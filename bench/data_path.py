@@ -1026,17 +1026,25 @@ def evaluate(results: Results) -> list[tuple[str, str, str]]:
         shown = f"{value:.2f} {unit}".strip() if unit != "x" else f"{value:.2f}x"
         rows.append((label, shown + (f" ({note})" if note else ""), "met" if ok else "NOT met"))
 
+    def of_raw(case: str, op: str, raw_op: str | None = None) -> str:
+        """The KV path against the raw mapping of the same memory (same pages, same copy):
+        what the store's bookkeeping costs, apart from the lease's memory being slower to copy
+        into than the ceiling's (anonymous, transparent huge pages)."""
+        return f"{fmt(paired(results, m, (case, op), (RAW, raw_op or op)))} of the raw mapping"
+
     for case, short in ((RAW, "raw mapping"), (KV1, "KV put()/get()")):
         check(f"1 MiB put >= 0.90 of memcpy, {short}", None, 0.90,
-              pair=(m, (case, "put"), (MEMCPY, "put")))
+              pair=(m, (case, "put"), (MEMCPY, "put")),
+              note="" if case == RAW else of_raw(case, "put"))
         check(f"1 MiB get >= 0.85 of memcpy, {short}", None, 0.85,
-              pair=(m, (case, "get"), (MEMCPY, "get")))
+              pair=(m, (case, "get"), (MEMCPY, "get")),
+              note="" if case == RAW else of_raw(case, "get"))
     check("1 MiB get >= 0.85 of memcpy, KV get_into() per block", None, 0.85,
-          pair=(m, (KV1, "get_into"), (MEMCPY, "get")))
+          pair=(m, (KV1, "get_into"), (MEMCPY, "get")), note=of_raw(KV1, "get_into", "get"))
     check("1 MiB put >= 0.90 of memcpy, KV put_many (batched)", None, 0.90,
-          pair=(m, (KVB, "put"), (MEMCPY, "put")))
+          pair=(m, (KVB, "put"), (MEMCPY, "put")), note=of_raw(KVB, "put"))
     check("1 MiB batched get >= 0.95 of memcpy, KV get_many_into", None, 0.95,
-          pair=(m, (KVB, "get"), (MEMCPY, "get")))
+          pair=(m, (KVB, "get"), (MEMCPY, "get")), note=of_raw(KVB, "get"))
 
     if LMCacheDax.name in results.get(m, {}):
         for kv, dax, what in ((KV1, LMCacheDax.name, "KV per block vs DaxCore 1 key/call"),
