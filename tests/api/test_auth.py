@@ -122,28 +122,37 @@ def test_a_revoked_token_is_refused_at_once(served: Served) -> None:
     assert kinds == ["token.revoked"]
 
 
-def test_quotas_hold_under_concurrent_grants(served: Served) -> None:
-    dave = served.token("dave", tenant="team-d")
-    with served.client() as admin:
-        admin.raw("PUT", "/v1/tenants/team-d", json={"max_bytes": 40 * MiB, "max_leases": 8})
+def race_grants(grants: list[tuple[Served, str]], size: int) -> list[str]:
+    """Each (daemon, bearer) asks for `size` at the same moment, from a thread of its own;
+    returns what each was told: "granted" or "quota"."""
     outcomes: list[str] = []
     lock = threading.Lock()
+    start = threading.Barrier(len(grants))
 
-    def grant() -> None:
-        with served.client(dave) as d:
+    def grant(served: Served, bearer: str) -> None:
+        with served.client(bearer) as client:
+            start.wait(10)
             try:
-                d.grant(8 * MiB, ttl_s=60)
+                client.grant(size, ttl_s=60)
                 result = "granted"
             except QuotaExceeded:
                 result = "quota"
         with lock:
             outcomes.append(result)
 
-    threads = [threading.Thread(target=grant) for _ in range(12)]
+    threads = [threading.Thread(target=grant, args=g) for g in grants]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
+    return outcomes
+
+
+def test_quotas_hold_under_concurrent_grants(served: Served) -> None:
+    dave = served.token("dave", tenant="team-d")
+    with served.client() as admin:
+        admin.raw("PUT", "/v1/tenants/team-d", json={"max_bytes": 40 * MiB, "max_leases": 8})
+    outcomes = race_grants([(served, dave)] * 12, 8 * MiB)
     assert sorted(outcomes).count("granted") == 5  # 40 MiB / 8 MiB
     assert outcomes.count("quota") == 7
     with served.client() as admin:
@@ -162,26 +171,7 @@ def test_lease_count_quota_holds_under_concurrent_grants_on_two_hosts(
         erin = a.token("erin", tenant="team-e")
         with a.client() as admin:
             admin.raw("PUT", "/v1/tenants/team-e", json={"max_bytes": None, "max_leases": 4})
-        outcomes: list[str] = []
-        lock = threading.Lock()
-        start = threading.Barrier(16)
-
-        def grant(served: Served) -> None:
-            with served.client(erin) as e:
-                start.wait(10)
-                try:
-                    e.grant(2 * MiB, ttl_s=60)
-                    result = "granted"
-                except QuotaExceeded:
-                    result = "quota"
-            with lock:
-                outcomes.append(result)
-
-        threads = [threading.Thread(target=grant, args=(a if i % 2 else b,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        outcomes = race_grants([(a if i % 2 else b, erin) for i in range(16)], 2 * MiB)
         assert (outcomes.count("granted"), outcomes.count("quota")) == (4, 12)
         with b.client() as admin:
             team = admin.raw("GET", "/v1/tenants/team-e")
