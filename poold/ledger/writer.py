@@ -48,7 +48,7 @@ Command = Callable[[Tx], T]
 # A connection unused for this long is handed back and checked out again before the next batch,
 # so a connection the server dropped meanwhile is replaced instead of failing that batch.
 IDLE_RECHECK_S = 1.0
-# How often one command is rerun after a deadlock with another host's writer.
+# How often one command is rerun after a deadlock or an insert race with another host's writer.
 TRANSIENT_RETRIES = 3
 
 
@@ -236,8 +236,11 @@ class LedgerWriter:
 
 
 def _transient(exc: BaseException) -> bool:
-    """A deadlock or serialization failure: the transaction was rolled back and may be rerun."""
-    return getattr(getattr(exc, "orig", None), "sqlstate", None) in {"40P01", "40001"}
+    """The transaction was rolled back and may be rerun: a deadlock or serialization failure, or
+    a unique violation, which here means another host's writer inserted the same row (a pool, a
+    shared device, both hosts starting at once) between this one's read and insert; rerun, the
+    read finds it. (A SQLite ledger's writers take the file's lock before reading: never so.)"""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in {"40P01", "40001", "23505"}
 
 
 def _settle(future: Future[Any], ok: bool, value: Any) -> None:

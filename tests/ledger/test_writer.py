@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from itertools import pairwise
@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 
 from poold import errors
-from poold.ledger import leases, reads
+from poold.ledger import leases, reads, registry
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest, Tx
 from poold.ledger.ledger import Ledger
@@ -196,3 +196,29 @@ def test_a_misfiled_lease_does_not_stop_the_writer_nor_get_overwritten(
     with pytest.raises(errors.NoCapacity):
         second.run(grant_command(2 * MiB))
     assert any("claim" in v for v in second.read(fsck).violations)
+
+
+def test_two_hosts_creating_one_row_at_once_both_succeed(make_ledger: LedgerFactory) -> None:
+    """Hosts starting together on one ledger each create the pools (and shared devices) they
+    configure: on PostgreSQL both read "absent" and insert, and the later insert waits for the
+    first and then violates the unique index. The writer reruns it, and it finds the row."""
+    a, b = make_ledger(host_id="host-a"), make_ledger(host_id="host-b")
+    policy = registry.PoolPolicy(name="racing", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    inside, go = threading.Event(), threading.Event()
+
+    def create_then_wait(tx: Tx) -> int:
+        pool = registry.ensure_pool(tx, policy)
+        inside.set()
+        assert go.wait(20)  # commit only once the other host is inserting too
+        return pool.id
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(a.run, create_then_wait)
+        assert inside.wait(20)
+        second = pool.submit(b.run, lambda tx: registry.ensure_pool(tx, policy).id)
+        time.sleep(0.5)  # host-b read "absent" and is inserting (on PostgreSQL: waits on host-a)
+        go.set()
+        assert first.result(30) == second.result(30)
+    created = [e for e in a.read(lambda s, _now: reads.events(s, limit=100))
+               if e.kind == "pool.created" and e.details.get("pool") == "racing"]
+    assert len(created) == 1
