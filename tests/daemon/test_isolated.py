@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from drivers.daxctl import DaxControl
 from poold.config import Settings
 from poold.daemon import Daemon
+from poold.daemon import app as app_module
 from poold.daemon.devices import DeviceOps
 from poold.daemon.isolated import IsolatedLeases
 from poold.ledger.fsck import fsck
@@ -43,8 +44,11 @@ def daemon(tmp_path: Path, kernel: FakeKernel, ledger_url: str) -> Iterator[Daem
 
 
 @pytest.fixture
-def api(daemon: Daemon) -> Iterator[TestClient]:
-    # Background passes every hour: the test runs the scrubber and the sweep itself.
+def api(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    # Background passes every hour (after the one at start, before any lease): the test runs
+    # the scrubber and the sweep itself. The scrubber's own poll (0.1 s) would otherwise zero a
+    # job at the same time as the test's pass.
+    monkeypatch.setattr(app_module, "SCRUB_POLL_S", 3600.0)
     with TestClient(daemon.app, raise_server_exceptions=False) as client:
         yield client
 
