@@ -28,10 +28,11 @@ import mmap
 import os
 import platform
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from drivers.numa import scan_memory_blocks, scan_nodes
+from drivers.numa import read_list, scan_memory_blocks, scan_nodes
 from drivers.sysfs import Sysfs
 from poold import errors
 
@@ -41,6 +42,10 @@ MPOL_BIND = 2
 MPOL_MF_STRICT = 1 << 0  # fail if a page already present is not on the node
 MPOL_MF_MOVE = 1 << 1  # move pages already present (none: the memfd is new)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
+# The nodes that have memory now (the live kernel's, as mbind is the live kernel's).
+HAS_MEMORY = Path("/sys/devices/system/node/has_memory")
+# How long a node that just got memory may take to be allowed to this process (bind_to_node).
+BIND_SETTLE_S = 2.0
 # Syscall numbers: glibc has no mbind or move_pages wrapper (libnuma does).
 _SYSCALLS = {"x86_64": {"mbind": 237, "move_pages": 279},
              "aarch64": {"mbind": 235, "move_pages": 239}}
@@ -63,13 +68,29 @@ def _syscall(name: str, *args: int | ctypes._CData) -> int:
 
 
 def bind_to_node(address: int, length: int, node: int) -> None:
-    """mbind(MPOL_BIND) of [address, +length) to `node` alone."""
+    """mbind(MPOL_BIND) of [address, +length) to `node` alone.
+
+    Memory that just came online (a device reconfigured to system-ram a moment ago) is in the
+    node's memory at once, but the kernel adds the node to each task's allowed nodes (cpuset
+    mems_allowed) from a work queue, a little later; until then MPOL_BIND to it is EINVAL. So an
+    EINVAL for a node that has memory is retried for up to BIND_SETTLE_S; one without memory (or
+    no such node) fails at once."""
     words = node // 64 + 1
     mask = (ctypes.c_ulong * words)()
     mask[node // 64] = 1 << (node % 64)
-    # The kernel reads maxnode - 1 bits (an off-by-one kept for compatibility): one bit more.
-    _syscall("mbind", ctypes.c_void_p(address), ctypes.c_ulong(length), ctypes.c_int(MPOL_BIND),
-             mask, ctypes.c_ulong(words * 64 + 1), ctypes.c_uint(MPOL_MF_STRICT | MPOL_MF_MOVE))
+    deadline = time.monotonic() + BIND_SETTLE_S
+    while True:
+        try:
+            # The kernel reads maxnode - 1 bits (an off-by-one kept for compatibility).
+            _syscall("mbind", ctypes.c_void_p(address), ctypes.c_ulong(length),
+                     ctypes.c_int(MPOL_BIND), mask, ctypes.c_ulong(words * 64 + 1),
+                     ctypes.c_uint(MPOL_MF_STRICT | MPOL_MF_MOVE))
+            return
+        except OSError as exc:
+            if (exc.errno != errno.EINVAL or time.monotonic() >= deadline
+                    or node not in read_list(HAS_MEMORY)):
+                raise
+        time.sleep(0.02)
 
 
 def page_nodes(addresses: list[int]) -> list[int]:

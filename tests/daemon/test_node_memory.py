@@ -7,6 +7,7 @@ to 0, so the memfds are real ones bound to this host's node 0; the real-kernel t
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import time
@@ -18,7 +19,7 @@ import pytest
 from poold import errors
 from poold.client import PooldClient
 from poold.client.fdsocket import receive_fd
-from poold.daemon import Daemon
+from poold.daemon import Daemon, nodemem
 from poold.daemon.nodemem import node_memfd, page_nodes
 from poold.ledger import reads
 from poold.types import MiB
@@ -83,8 +84,45 @@ def test_a_fresh_memfd_is_zeroed_and_on_its_node() -> None:
 
 
 def test_a_node_the_host_lacks_is_an_error() -> None:
+    started = time.monotonic()
     with pytest.raises(OSError):
         node_memfd("poold-test", 63, 2 * MiB)
+    assert time.monotonic() - started < nodemem.BIND_SETTLE_S  # no memory: no wait for it
+
+
+def not_allowed_yet(monkeypatch: pytest.MonkeyPatch, refusals: int) -> list[str]:
+    """mbind answers EINVAL `refusals` times, as it does while the kernel has yet to allow a
+    node that just got memory to this process (its cpuset work runs a moment later); then the
+    real syscall. Returns the calls made."""
+    real, calls = nodemem._syscall, []
+
+    def syscall(name: str, *args: object) -> int:
+        calls.append(name)
+        if name == "mbind" and calls.count("mbind") <= refusals:
+            raise OSError(errno.EINVAL, "mbind: Invalid argument")
+        return real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nodemem, "_syscall", syscall)
+    return calls
+
+
+def test_a_node_just_onlined_is_bound_once_the_kernel_allows_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = not_allowed_yet(monkeypatch, refusals=3)
+    fd = node_memfd("poold-test", 0, 2 * MiB)  # node 0 has memory
+    os.close(fd)
+    assert calls.count("mbind") == 4
+
+
+def test_a_node_never_allowed_fails_after_the_settle_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    not_allowed_yet(monkeypatch, refusals=1_000_000)
+    monkeypatch.setattr(nodemem, "BIND_SETTLE_S", 0.2)
+    started = time.monotonic()
+    with pytest.raises(OSError) as refused:
+        node_memfd("poold-test", 0, 2 * MiB)
+    assert refused.value.errno == errno.EINVAL
+    assert 0.2 <= time.monotonic() - started < 2
 
 
 def test_lease_on_system_ram_maps_node_memory(served: tuple[Daemon, PooldClient, str]) -> None:

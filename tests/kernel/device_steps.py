@@ -232,17 +232,23 @@ def main(out: str, scenario: str = "hmem") -> None:
 
 # A process bound to one node, whose page tables (unmovable kernel memory) land on that node:
 # it maps a sparse GiB and touches one byte per 2 MiB, each touch a page table page of its own.
+# The node's memory was onlined a moment ago: until the kernel's cpuset work allows the node to
+# tasks, MPOL_BIND to it is EINVAL, so that is retried for a while (as poold.daemon.nodemem does).
 PAGE_TABLES = """
-import ctypes, mmap, sys
+import ctypes, errno, mmap, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 mask = ctypes.c_ulong(1 << int(sys.argv[1]))
-if libc.syscall(238, 2, ctypes.byref(mask), 65):  # set_mempolicy(MPOL_BIND, {node})
-    raise OSError(ctypes.get_errno(), "set_mempolicy")
+deadline, refused = time.monotonic() + 10, 0
+while libc.syscall(238, 2, ctypes.byref(mask), 65):  # set_mempolicy(MPOL_BIND, {node})
+    if ctypes.get_errno() != errno.EINVAL or time.monotonic() > deadline:
+        raise OSError(ctypes.get_errno(), "set_mempolicy")
+    refused += 1
+    time.sleep(0.05)
 view = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000)  # NORESERVE
 view.madvise(mmap.MADV_NOHUGEPAGE)
 for offset in range(0, 1 << 30, 2 << 20):
     view[offset] = 1
-print("ready", flush=True)
+print("ready", refused, flush=True)
 sys.stdin.read()
 """
 
@@ -266,11 +272,14 @@ def kernel_ebusy(s: Steps) -> None:
     holder = subprocess.Popen([sys.executable, "-c", PAGE_TABLES, str(node)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        assert holder.stdout is not None
+        ready, refused = holder.stdout.readline().split()
+        assert ready == "ready"
         s.step("back to devdax under kernel memory", "POST",
                f"/v1/devices/{devname}/reconfigure", {"mode": "devdax"}, refusal=True)
         s.record[-1].update(devname=devname, blocks=ram["online_blocks"], zones=zones,
-                            page_tables=_node_field(f"node{node}", "PageTables:"))
+                            page_tables=_node_field(f"node{node}", "PageTables:"),
+                            bind_refused=int(refused))  # EINVALs before the node was allowed
     finally:
         holder.kill()
         holder.wait()
