@@ -7,10 +7,11 @@ import secrets
 from fastapi import FastAPI
 from starlette.types import Lifespan
 
-from api import errors
+from api import docs, errors
 from api.auth import Authenticator
 from api.limits import BodyLimitMiddleware
 from api.metrics import EdgeMetricsMiddleware, Metrics
+from api.ratelimit import RateLimiter
 from api.routers import access, hosts, inventory, leases, ops, overview
 from api.routers.devices import router as device_router
 from api.schemas import Health
@@ -24,14 +25,17 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                sysfs_root: str = "/sys", lease_key: bytes | None = None,
                metrics: Metrics | None = None, probe_timeout_s: float = 5.0,
                auth: Authenticator | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+               max_body_bytes: int = MAX_BODY_BYTES,
+               rate_limiter: RateLimiter | None = None) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
     `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
     with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
     /readyz; `auth` resolves who asks (None: auth off, everyone is an admin); a request body
-    over `max_body_bytes` is refused (413) before it is read."""
+    over `max_body_bytes` is refused (413) before it is read; `rate_limiter` limits each
+    non-admin principal's requests (None: no limit)."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
-                  description="Lease CXL and DAX memory for KV-cache offload.")
+                  description="Lease CXL and DAX memory for KV-cache offload.",
+                  docs_url=None, redoc_url=None)  # /docs: api.docs, no CDN
     app.state.ledger = ledger
     app.state.sysfs_root = sysfs_root
     app.state.lease_key = lease_key or secrets.token_bytes(32)
@@ -39,6 +43,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.state.metrics = metrics
     app.state.probe_timeout_s = probe_timeout_s
     app.state.auth = auth
+    app.state.rate_limiter = rate_limiter
     errors.install(app)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
@@ -50,6 +55,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.include_router(access.router)
     app.include_router(overview.router)
     ui.install(app)  # /ui: the admin web UI (static files; the API calls carry the token)
+    docs.install(app)  # /docs: Swagger UI from the package
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -15,13 +15,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 
-from poold.errors import Forbidden, Unauthenticated
+from api.ratelimit import RateLimiter
+from poold.errors import Forbidden, RateLimited, Unauthenticated
 from poold.ledger import tenants
 from poold.ledger.ledger import Ledger
 from poold.ledger.tenants import RevocationFeed, TokenSecret
@@ -42,6 +44,10 @@ TOKEN_CACHE_S = 1.0
 # With a RevocationFeed (PostgreSQL) every revocation is heard as it commits; the cache is still
 # re-read this often, for changes made to the tokens table by hand (no notification).
 HEARD_TOKEN_CACHE_S = 60.0
+# Token ids the ledger does not know are remembered too (for the cache's time), so a client
+# repeating one costs no ledger read each time and is answered as fast as a known one; at most
+# this many, the oldest forgotten first (ids are random: nobody can fill it with real ones).
+UNKNOWN_TOKENS_KEPT = 4096
 
 
 class Authenticator(Protocol):
@@ -82,6 +88,7 @@ class TokenAuthenticator:
         self._feed = feed
         self._cache_s = HEARD_TOKEN_CACHE_S if feed is not None else cache_s
         self._cache: dict[str, tuple[TokenSecret, float]] = {}
+        self._unknown: OrderedDict[str, float] = OrderedDict()  # token id -> when looked up
         # Bumped by every forget: a lookup that raced a revocation does not cache what it read.
         self._epoch = 0
         self._lock = threading.Lock()
@@ -122,6 +129,7 @@ class TokenAuthenticator:
         with self._lock:
             self._epoch += 1
             self._cache.clear()
+            self._unknown.clear()
 
     def _bearer(self, header: str) -> Principal:
         scheme, _, bearer = header.partition(" ")
@@ -141,25 +149,40 @@ class TokenAuthenticator:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(token_id)
+            unknown_at = self._unknown.get(token_id)
             epoch = self._epoch
         if trusted and cached is not None and now - cached[1] < self._cache_s:
             return cached[0]
+        if unknown_at is not None and now - unknown_at < self._cache_s:
+            return None
         found = self._ledger.read(lambda s, _now: tenants.lookup(s, token_id))
-        if found is not None and trusted:
-            with self._lock:
-                if self._epoch == epoch:  # no revocation heard while it was read
-                    self._cache[token_id] = (found, now)
+        with self._lock:
+            if found is None:
+                self._unknown[token_id] = now
+                self._unknown.move_to_end(token_id)
+                while len(self._unknown) > UNKNOWN_TOKENS_KEPT:
+                    self._unknown.popitem(last=False)
+            elif trusted and self._epoch == epoch:  # no revocation heard while it was read
+                self._cache[token_id] = (found, now)
         return found
 
 
 def principal_of(request: Request) -> Principal:
-    """Resolved once per request and kept in the scope."""
+    """Resolved once per request and kept in the scope; that once, the request is counted
+    against the principal's rate limit (api.ratelimit), if the app has one."""
     found = request.scope.get(_SCOPE_KEY)
     if isinstance(found, Principal):
         return found
     auth: Authenticator | None = getattr(request.app.state, "auth", None)
     principal = OPEN if auth is None else auth.authenticate(request)
     request.scope[_SCOPE_KEY] = principal
+    limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+    if limiter is not None:
+        try:
+            limiter.take(principal)
+        except RateLimited:
+            request.app.state.metrics.rate_limited.labels(principal.role.value).inc()
+            raise
     return principal
 
 

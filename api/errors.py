@@ -36,6 +36,7 @@ STATUS: dict[type[errors.PooldError], int] = {
     errors.Unauthenticated: 401,
     errors.Forbidden: 403,
     errors.QuotaExceeded: 429,
+    errors.RateLimited: 429,
     errors.PayloadTooLarge: 413,
     errors.NoCapacity: 507,
     errors.LedgerUnavailable: 503,
@@ -64,7 +65,10 @@ def body(error: str, detail: object) -> dict[str, object]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.PooldError)
     async def poold_error(_request: Request, exc: errors.PooldError) -> JSONResponse:
-        return JSONResponse(body(type(exc).__name__, exc.detail), status_code=status_of(exc))
+        headers = ({"Retry-After": str(exc.retry_after_s)}
+                   if isinstance(exc, errors.RateLimited) else None)
+        return JSONResponse(body(type(exc).__name__, exc.detail), status_code=status_of(exc),
+                            headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

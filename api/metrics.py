@@ -84,12 +84,25 @@ class Metrics:
         self.rescans = Counter(
             "poold_rescans", "Inventory rescans, by trigger and outcome", ["trigger", "outcome"],
             registry=r)
+        self.pruned = Counter(
+            "poold_pruned_rows", "Ledger rows this host pruned past the retention age, by "
+            "table: leases (ended, with their idempotency keys), events, claims",
+            ["table"], registry=r)
+        self.rate_limited = Counter(
+            "poold_rate_limited_requests", "Requests refused 429 RateLimited, by the "
+            "principal's role", ["role"], registry=r)
+        self.limits = Gauge(
+            "poold_limit", "Configured limits: rate_limit_per_s, rate_limit_burst, "
+            "default_tenant_max_bytes, default_tenant_max_leases (-1: unlimited)", ["limit"],
+            registry=r)
         # Present from the start, so rate() sees the first one; kept, so the hot path skips the
         # label lookup.
         self.ok = {op: self.lease_ops.labels(op, "ok") for op in OPERATIONS}
         self.latency = {op: self.lease_latency.labels(op) for op in OPERATIONS}
         for reason in RECLAIM_REASONS:
             self.reclaims.labels(reason)
+        for table in ("leases", "events", "claims"):
+            self.pruned.labels(table)
 
     def ledger_error(self, source: str) -> None:
         self.ledger_errors.labels(source).inc()

@@ -11,9 +11,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from poold.types import MAX_BYTES, LeaseState, Role
+from poold.types import MAX_BYTES, TEXT_PATTERN, LeaseState, Role
 
-Label = Annotated[str, Field(min_length=1, max_length=256)]
+# Every string the API takes is bounded and holds no control character (a NUL byte cannot even
+# be stored in PostgreSQL): refused at the edge, 422, before any ledger sees it.
+Label = Annotated[str, Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
 TenantName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.-]*$")]
 
 
@@ -21,11 +24,12 @@ class LeaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     size: Annotated[StrictInt, Field(gt=0, le=MAX_BYTES, description="Bytes; rounded up to align.")]
-    pool: Annotated[str | None, Field(max_length=128)] = None
+    pool: Name | None = None
     ttl_s: Annotated[StrictInt | None, Field(gt=0, le=10 * 365 * 86_400)] = None
     labels: Annotated[dict[Label, Label], Field(max_length=64)] = Field(default_factory=dict)
-    idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None
-    device: Annotated[str | None, Field(max_length=128, description="Devname hint.")] = None
+    idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255,
+                                                 pattern=TEXT_PATTERN)] = None
+    device: Annotated[Name | None, Field(description="Devname hint.")] = None
     numa_node: Annotated[StrictInt | None, Field(ge=0, le=65_535)] = None
     tenant: Annotated[TenantName | None, Field(
         description="Whom the lease is for; admins and host agents only (a tenant's own "
@@ -39,7 +43,8 @@ class KeepaliveRequest(BaseModel):
 
 
 class Lease(BaseModel):
-    """Everything a client needs to map its memory: chardev, offset, length, align."""
+    """A lease: where it is in its device (chardev, offset, length: the ledger's accounting and
+    the memory map) and where its bytes are mapped (map_path, map_offset)."""
 
     id: str
     pool: str
@@ -60,6 +65,13 @@ class Lease(BaseModel):
     labels: dict[str, str]
     idempotency_key: str | None
     scrubbed_bytes: int = Field(description="While scrubbing: bytes zeroed so far.")
+    kind: str = Field(description="The device's kind: devdax, emulated or system-ram.")
+    map_path: str | None = Field(
+        description="What root (or the daemon's user) opens to map the lease: the devdax "
+        "chardev, or for emulated and system-ram leases the daemon's memfd of this lease "
+        "(/proc/<pid>/fd/<n>, on the lease's host, while the lease holds its memory). Holders "
+        "without that right map through the daemon's fd.sock.")
+    map_offset: int = Field(description="Where the lease's bytes start in map_path.")
 
 
 class GrantedLease(Lease):
@@ -188,7 +200,7 @@ class WhoAmI(BaseModel):
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=128)]
+    name: Name
     role: Role
     tenant: TenantName | None = Field(default=None, description="Required for role tenant.")
 

@@ -145,7 +145,7 @@ def poold_server(database_url: str | None, scrub: bool = False) -> Iterator[tupl
     the daemon before the bytes can be granted again."""
     with tempfile.TemporaryDirectory() as state:
         port = free_port()
-        env = {**os.environ, "POOLD_EMULATE_DIR": state, "POOLD_HOST_ID": "bench",
+        env = {**os.environ, "POOLD_HOST_ID": "bench", "POOLD_FD_STORE": "none",
                "POOLD_LOG_LEVEL": "WARNING",
                "POOLD_UNSCRUBBED_POOLS": "[]" if scrub else '["default"]'}
         args = [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", state,

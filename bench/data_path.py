@@ -104,7 +104,7 @@ def poold_daemon(emulate: int) -> Iterator[str]:
     base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="poold-bench-", dir=base) as state:
         port = free_port()
-        env = {**os.environ, "POOLD_EMULATE_DIR": state, "POOLD_HOST_ID": "bench-data-path",
+        env = {**os.environ, "POOLD_HOST_ID": "bench-data-path", "POOLD_FD_STORE": "none",
                "POOLD_LOG_LEVEL": "WARNING", "POOLD_WATCH_UDEV": "false",
                "POOLD_DISCOVER_DAX": "false"}
         proc = subprocess.Popen(
@@ -160,9 +160,8 @@ def punch(path: str, offset: int, length: int) -> None:
 
 
 def release_fresh(lease: Lease) -> None:
-    info = lease.info
+    """Release; the daemon empties the lease's memfd (its pages go back to the kernel)."""
     lease.release()
-    punch(info.chardev, info.offset, info.length)
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -367,7 +366,8 @@ class RawLeaseNT(Case):
         env = {**os.environ,
                "GLIBC_TUNABLES": f"glibc.cpu.x86_non_temporal_threshold={self.NT_THRESHOLD:#x}"}
         out = subprocess.run(
-            [sys.executable, "-c", NT_CHILD, info.chardev, str(info.offset), str(info.length),
+            [sys.executable, "-c", NT_CHILD, str(info.map_path), str(info.map_offset),
+             str(info.length),
              str(self.ctx.bs), str(self.n)], env=env, capture_output=True, text=True,
             timeout=120, check=True).stdout.split()
         return {"put": float(out[0]), "get": float(out[1])}
@@ -397,11 +397,7 @@ class KVCase(Case):
         self.store.discard(self.keys)
 
     def teardown(self) -> None:
-        extents = {(loc.chardev, loc.lease_offset, loc.lease_length)
-                   for k in self.keys if (loc := self.store.locate(k)) is not None}
-        self.store.close()
-        for path, offset, length in extents:
-            punch(path, offset, length)
+        self.store.close()  # releases its leases: the daemon empties their memory
 
 
 class KVPerBlock(KVCase):
@@ -506,7 +502,7 @@ class FirstPut(Case):
         lease = ctx.client.lease(ctx.nbytes, ttl_s=60, keepalive=False)
         info = lease.info
         try:
-            punch(info.chardev, info.offset, info.length)
+            punch(str(info.map_path), info.map_offset, info.length)
             t0 = time.perf_counter()
             mapping = lease.map()
             t_map = time.perf_counter() - t0
@@ -514,7 +510,7 @@ class FirstPut(Case):
             t_warm = self.pass_into(mapping)
             t_warm2 = self.pass_into(mapping)
             mapping.close()
-            punch(info.chardev, info.offset, info.length)
+            punch(str(info.map_path), info.map_offset, info.length)
             t_nopf = self.pass_into(lease.map(prefault=False))
         finally:
             release_fresh(lease)
@@ -545,11 +541,7 @@ class KVFirstFill(Case):
             store.discard(keys)
             t_warm = timed(fill)
         finally:
-            extents = {(loc.chardev, loc.lease_offset, loc.lease_length)
-                       for k in keys if (loc := store.locate(k)) is not None}
-            store.close()
-            for path, offset, length in extents:
-                punch(path, offset, length)
+            store.close()  # releases its leases: the daemon empties their memory
         return {"fresh": self.nbytes / t_first / GB, "warm": self.nbytes / t_warm / GB}
 
 

@@ -222,16 +222,15 @@ class Host:
 
 
 def start_hosts(side: str, shape: Shape, url: str, workdir: Path) -> list[Host]:
-    """One `poold serve` per host: on the shared side all map one file as one ledger device
-    (same emulate_path and emulate_uid); on the static side each maps its own capacity/hosts."""
+    """One `poold serve` per host: on the shared side all name one ledger device (the same
+    emulate_uid); on the static side each has its own capacity/hosts."""
     shared = side == "poold"
     db.upgrade(url)  # here, once, so that every host can start at the same time
     hosts = []
     for h in range(shape.hosts):
         port = free_port()
         state = workdir / f"{side}-host-{h}"
-        backing = workdir / ("shared.emu" if shared else f"host-{h}.emu")
-        env = {**os.environ, **POOLD_ENV, "POOLD_EMULATE_PATH": str(backing),
+        env = {**os.environ, **POOLD_ENV, "POOLD_FD_STORE": "none",
                "POOLD_CLAIM_SLICE": str(shape.claim_slice)}
         if shared:
             env["POOLD_EMULATE_UID"] = "bench:shared"

@@ -41,17 +41,16 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "host_id": ("the contents of /etc/machine-id", "node-a1"),
     "host_name": ("this machine's host name", "node-a1"),
     "emulate_size": ("unset (no emulated device)", "1GiB"),
-    "emulate_dir": ("unset (a hugetlbfs mount with room comes before /dev/shm)", "/dev/shm"),
     "device_pools": ("no rules", {"dax*": "cxl"}),
     "peer_admins": ('["root"]', ["root", "poold-admin"]),
     "peer_tenants": ("none", {"vllm": "team-a", "1001": "team-b"}),
     "tls_certfile": ("unset (plain HTTP; keep listen on loopback)", "/etc/poold/tls/cert.pem"),
     "tls_keyfile": ("unset", "/etc/poold/tls/key.pem"),
     "unscrubbed_pools": ("none: every pool scrubs", ["scratch"]),
-    "emulate_path": ("<emulate_dir>/poold-<host_id>-emu0, one per host", "/shared/emu0"),
     "emulate_uid": ("unset (the device is this host's own)", "emulated:shared-emu0"),
     "shared_devices": ("none", ["cxl:serial:*"]),
     "isolated_pools": ("none", {"private": 0}),
+    "default_tenant_max_bytes": ("unset (unlimited)", "64GiB"),
 }
 
 

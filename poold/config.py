@@ -26,6 +26,11 @@ from poold.types import DEFAULT_ALIGN, GiB, parse_size
 DEFAULT_CONFIG_FILE = Path("/etc/poold/poold.toml")
 # Every request poold understands is well under 4 KiB.
 MAX_BODY_BYTES = 65_536
+# A request's headers: a bearer token and a few standard headers are well under 1 KiB; browsers
+# send a few KiB of cookies at most (nginx's default buffers take 32 KiB).
+MAX_HEADER_BYTES = 32_768
+# Seconds a client has to send a request's headers once it started (or once it connected).
+HEADER_TIMEOUT_S = 10.0
 _config_file: ContextVar[Path | None] = ContextVar("poold_config_file", default=None)
 
 
@@ -56,7 +61,8 @@ class Settings(BaseSettings):
 
     state_dir: Path = Field(
         default_factory=_default_state_dir,
-        description="Directory for the SQLite ledger and emulated backing files when no tmpfs.",
+        description="Directory for the SQLite ledger, the lease-token key, the admin credential "
+        "and the fd keeper's socket (mode 0700). One daemon at a time: it holds poold.lock.",
     )
     database_url: str | None = Field(
         default=None,
@@ -80,24 +86,34 @@ class Settings(BaseSettings):
     host_name: str = Field(default_factory=socket.gethostname, description="Display name.")
     emulate_size: Bytes | None = Field(
         default=None,
-        description="Bytes of an emulated, file-backed device to add (machines without CXL).",
-    )
-    emulate_dir: Path | None = Field(
-        default=None,
-        description="Where the emulated backing file lives. None: /dev/shm (tmpfs, so mapping it "
-        "is memory speed), else state_dir.",
-    )
-    emulate_path: Path | None = Field(
-        default=None,
-        description="The emulated device's backing file. None: <emulate_dir>/poold-<host_id>-emu0, "
-        "one per host. Several hosts that name the same file (and the same emulate_uid) share "
-        "one device, like hosts behind a CXL switch.",
+        description="Bytes of an emulated device to add (machines without CXL): each lease on "
+        "it is a sealed memfd of its own.",
     )
     emulate_uid: str | None = Field(
         default=None,
         description="Identity of the emulated device in the ledger. Set: the device is shared, "
         "one ledger device for every host that names this uid (their claims and leases are "
-        "arbitrated in the ledger). None: emulated:<path>, this host's own device.",
+        "arbitrated in the ledger; each lease's memory is its granting daemon's). None: this "
+        "daemon's own device, keyed by its state_dir.",
+    )
+    emulate_huge_pages: bool = Field(
+        default=True,
+        description="Make an emulated lease's memory of huge pages (hugetlbfs, reserved at "
+        "grant) when the default huge page pool has room for it; else shmem.",
+    )
+    fd_store: Literal["auto", "systemd", "keeper", "none"] = Field(
+        default="auto",
+        description="Where the memory objects of emulated and system-ram leases outlive the "
+        "daemon, so a restart keeps them: systemd's file descriptor store (the unit sets "
+        "FileDescriptorStoreMax= and this), a keeper process the daemon starts beside itself, "
+        "or none (a restart loses them; their leases are recorded lost). auto: systemd when it "
+        "offers a store ($FDSTORE), else the keeper.",
+    )
+    fd_keeper_linger_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="Seconds the keeper holds lease memory with no daemon connected before it "
+        "exits: by then every lease it holds has expired (a day: the longest default TTL).",
     )
     shared_devices: list[str] = Field(
         default_factory=list,
@@ -233,6 +249,63 @@ class Settings(BaseSettings):
         description="Largest request body accepted; a larger one is refused (413) before it is "
         "read. Every request poold understands is well under 4 KiB.",
     )
+    retention_s: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        description="Seconds the ledger keeps what has ended: this host's ended leases (with "
+        "their events and idempotency keys), renewals, released claims and events that name no "
+        "lease are pruned once older, in bounded batches (a week: the audit log's reach).",
+    )
+    prune_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between retention passes; each deletes at most a thousand rows of "
+        "each kind per transaction until nothing older is left.",
+    )
+    default_tenant_max_bytes: Bytes | None = Field(
+        default=None,
+        ge=0,
+        description="Byte quota of a tenant created without one (by its first token, or by a "
+        "grant naming it); None: unlimited. `poold tenant set` overrides it per tenant.",
+    )
+    default_tenant_max_leases: int | None = Field(
+        default=256,
+        ge=0,
+        description="Live-lease quota of a tenant created without one; None: unlimited. Once, a "
+        "new tenant took every lease a device could hold.",
+    )
+    rate_limit_per_s: float | None = Field(
+        default=200.0,
+        gt=0,
+        description="Requests a second each tenant or agent principal may make (a token bucket "
+        "holding rate_limit_burst); past it, 429 RateLimited with Retry-After. Admins are not "
+        "limited. None: no limit.",
+    )
+    rate_limit_burst: int = Field(
+        default=400,
+        gt=0,
+        description="Requests a principal may make at once before rate_limit_per_s applies.",
+    )
+    max_header_bytes: int = Field(
+        default=MAX_HEADER_BYTES,
+        gt=1024,
+        description="Largest request header block accepted, in bytes (TCP and api.sock); past it "
+        "the request is answered 431 and the connection closed before anything is buffered "
+        "further. A token and the usual headers are well under 1 KiB.",
+    )
+    header_timeout_s: float = Field(
+        default=HEADER_TIMEOUT_S,
+        gt=0,
+        description="Seconds a client has to send a request's headers, from its first byte (or "
+        "from connecting); then 408 and the connection is closed, so slow clients cannot hold "
+        "connections open.",
+    )
+    max_connections: int = Field(
+        default=1024,
+        gt=0,
+        description="Connections (and requests in progress) served at once on each of TCP and "
+        "api.sock; past it new requests are answered 503. Well under the unit's LimitNOFILE.",
+    )
     probe_timeout_s: float = Field(
         default=5.0,
         gt=0,
@@ -276,10 +349,15 @@ class Settings(BaseSettings):
         return self.runtime_dir if self.runtime_dir is not None else self.state_dir
 
     @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite ledger's file, when the ledger is the default one in state_dir."""
+        return None if self.database_url else self.state_dir / "ledger.sqlite3"
+
+    @property
     def ledger_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{self.state_dir / 'ledger.sqlite3'}"
+        return f"sqlite:///{self.sqlite_path}"
 
     @property
     def listen_host(self) -> str:

@@ -84,6 +84,19 @@ class QuotaExceeded(PooldError):
     """The grant would take a tenant past its byte or lease-count quota."""
 
 
+class FdStoreUnavailable(PooldError):
+    """The store that keeps lease memory across restarts (systemd's, or the fd keeper) cannot
+    be reached: starting without it would lose every lease whose memory it holds."""
+
+
+class RateLimited(PooldError):
+    """The principal sent more requests than its rate limit allows; retry after `retry_after_s`."""
+
+    def __init__(self, detail: str, retry_after_s: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class LeaseTooLarge(InvalidRequest):
     """No device in the pool (or the pool's policy) could ever hold a lease this large."""
 

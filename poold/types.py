@@ -66,6 +66,27 @@ class LeaseState(StrEnum):
 # States in which a lease holds its extent: nothing else may be granted over it.
 HOLDING_STATES = (LeaseState.ACTIVE.value, LeaseState.SCRUBBING.value)
 
+# Lease ids are uuid4 hex (poold.ledger.leases.grant); anything else names no lease, and is
+# refused at the edge before it reaches a query (a NUL byte would fail PostgreSQL's text type).
+LEASE_ID_PATTERN = r"^[0-9a-f]{32}$"
+_LEASE_ID = re.compile(LEASE_ID_PATTERN)
+
+
+def is_lease_id(value: str) -> bool:
+    return _LEASE_ID.fullmatch(value) is not None
+
+
+# Bearer token ids (poold.security.new_token).
+TOKEN_ID_PATTERN = r"^[0-9a-f]{16}$"
+# Any other text the API takes (names, labels, idempotency keys, filters): no control characters.
+# A NUL byte cannot be stored in PostgreSQL's text type; the rest have no place in a name.
+TEXT_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+_TEXT = re.compile(TEXT_PATTERN)
+
+
+def is_text(value: str) -> bool:
+    return _TEXT.fullmatch(value) is not None
+
 
 
 class Role(StrEnum):

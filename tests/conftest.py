@@ -30,6 +30,10 @@ POSTGRES_URL = os.environ.get(
 )
 REQUIRE_POSTGRES = os.environ.get("POOLD_TEST_REQUIRE_POSTGRES") == "1"
 HOST = "host-a"
+# Every daemon the tests start, in this process or as `poold serve`, keeps its leases' memory in
+# no fd store, unless the test says otherwise (the restart tests name the keeper): a keeper per
+# test daemon would outlive the test by its linger.
+os.environ["POOLD_FD_STORE"] = "none"
 
 
 def _postgres_reachable() -> str | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import uvicorn
 
 from poold.config import Settings
 from poold.daemon import Daemon
+from poold.daemon.fdstore import KEEPER_SOCKET
 
 
 def free_port() -> int:
@@ -37,7 +40,7 @@ def serving_daemon(state_dir: Path, port: int | None = None,
     port = free_port() if port is None else port
     defaults: dict[str, Any] = {
         "auth": "off",
-        "state_dir": state_dir, "emulate_size": 64 * 2**20, "emulate_dir": state_dir,
+        "state_dir": state_dir, "emulate_size": 64 * 2**20, "fd_store": "none",
         "listen": f"127.0.0.1:{port}", "host_id": "test-host", "reap_interval_s": 0.2,
         "runtime_dir": state_dir,
     }
@@ -62,11 +65,12 @@ def serving_daemon(state_dir: Path, port: int | None = None,
 
 @contextmanager
 def serve_process(workdir: Path, ready: Callable[[int], bool], **env: str) -> Iterator[int]:
-    """`poold serve` as a process on a free port, with a 64 MiB emulated device in `workdir`,
-    no dax discovery and `POOLD_<NAME>` settings from `env`; yields its port once `ready(port)`.
+    """`poold serve` as a process on a free port, with a 64 MiB emulated device, state in
+    `workdir`/s, no fd store (unless `fd_store` says), no dax discovery and `POOLD_<NAME>`
+    settings from `env`; yields its port once `ready(port)`.
     (The UNIX socket and TLS are served only by `poold serve` itself, not by serving_daemon.)"""
     port = free_port()
-    environ = {**os.environ, "POOLD_EMULATE_DIR": str(workdir), "POOLD_WATCH_UDEV": "false",
+    environ = {**os.environ, "POOLD_FD_STORE": "none", "POOLD_WATCH_UDEV": "false",
                "POOLD_DISCOVER_DAX": "false", **{f"POOLD_{k.upper()}": v for k, v in env.items()}}
     log = workdir / "serve.log"
     proc = subprocess.Popen(
@@ -83,6 +87,19 @@ def serve_process(workdir: Path, ready: Callable[[int], bool], **env: str) -> It
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def stop_keeper(state_dir: Path) -> None:
+    """End the fd keeper a daemon on `state_dir` started (poold.keeper names its pid in its
+    lock file), and with it the lease memory it held."""
+    lock = state_dir / f"{KEEPER_SOCKET}.lock"
+    try:
+        pid = int(lock.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return
+    if pid > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _probe(ready: Callable[[int], bool], port: int) -> bool:

@@ -60,13 +60,13 @@ def test_docker_compose_file_is_valid() -> None:
                             for k, v in svc["environment"].items()})
                 for svc in hosts.values()]
     assert len({s.host_id for s in settings}) == 2
-    assert {(s.emulate_path, s.emulate_uid, s.emulate_size) for s in settings} == {
-        (settings[0].emulate_path, settings[0].emulate_uid, settings[0].emulate_size)}
+    # One shared emulated device: the same ledger identity and size on both hosts.
+    assert {(s.emulate_uid, s.emulate_size) for s in settings} == {
+        (settings[0].emulate_uid, settings[0].emulate_size)}
+    assert settings[0].emulate_uid is not None
     urls = [s.database_url or "" for s in settings]
     assert all(u.startswith("postgresql+psycopg://") and "@postgres:5432/" in u for u in urls)
-    assert settings[0].emulate_uid is not None and settings[0].emulate_path is not None
-    shared_dir = str(settings[0].emulate_path.parent)
-    # The device's file is on one volume that both hosts mount there (entries: "src:dst:mode").
-    sources = {next(v.split(":")[0] for v in svc["volumes"] if v.split(":")[1] == shared_dir)
-               for svc in hosts.values()}
-    assert len(sources) == 1 and sources <= set(yaml.safe_load(result.stdout)["volumes"])
+    # Each host its own state directory, on a volume of its own (entries: "src:dst:mode").
+    states = {next(v.split(":")[0] for v in svc["volumes"] if v.split(":")[1] == str(s.state_dir))
+              for svc, s in zip(hosts.values(), settings, strict=True)}
+    assert len(states) == 2 and states <= set(yaml.safe_load(result.stdout)["volumes"])

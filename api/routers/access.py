@@ -15,9 +15,10 @@ from api.errors import ERROR_RESPONSES
 from api.schemas import CreatedToken, Tenant, TenantName, TenantQuota, Token, TokenRequest, WhoAmI
 from poold.errors import UnknownTenant
 from poold.ledger import tenants
+from poold.types import TOKEN_ID_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["access"], responses=ERROR_RESPONSES)
-TokenId = Annotated[str, Path(min_length=1, max_length=32)]
+TokenId = Annotated[str, Path(pattern=TOKEN_ID_PATTERN)]
 
 
 @router.get("/auth/whoami")

@@ -17,6 +17,7 @@ from drivers.numa import scan_memory_blocks, scan_nodes
 from drivers.sysfs import Sysfs
 from poold.ledger import reads
 from poold.ledger.views import HostView
+from poold.types import TEXT_PATTERN
 
 router = APIRouter(prefix="/v1/hosts", tags=["hosts"], responses=ERROR_RESPONSES,
                    dependencies=[Depends(get_operator)])
@@ -46,6 +47,6 @@ def list_hosts(ledger: LedgerDep, request: Request) -> list[Host]:
 
 
 @router.get("/{host_id}")
-def get_host(host_id: Annotated[str, Path(max_length=128)], ledger: LedgerDep,
-             request: Request) -> Host:
+def get_host(host_id: Annotated[str, Path(max_length=128, pattern=TEXT_PATTERN)],
+             ledger: LedgerDep, request: Request) -> Host:
     return _wire(ledger.read(lambda s, now: reads.host(s, host_id, now)), request)

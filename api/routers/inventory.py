@@ -10,12 +10,14 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from api.auth import get_operator, get_principal
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
+from api.lease_memory import located, memory_of
 from api.schemas import Claim, Device, DeviceExtents, Event, Lease, Pool
 from drivers import DriverFailure
 from drivers.topology import scan
 from poold.errors import DriverError
 from poold.inventory.discovery import discover_json
 from poold.ledger import reads
+from poold.types import LEASE_ID_PATTERN, TEXT_PATTERN
 
 # Anyone authenticated sees what memory exists; which leases sit where (extents, events) is for
 # admins and host agents.
@@ -29,13 +31,14 @@ def list_devices(ledger: LedgerDep) -> list[Device]:
 
 
 @router.get("/devices/{device_id}/extents", dependencies=[Depends(get_operator)])
-def device_extents(device_id: Annotated[int, Path(ge=1, le=2**31)], ledger: LedgerDep
-                   ) -> DeviceExtents:
+def device_extents(device_id: Annotated[int, Path(ge=1, le=2**31)], ledger: LedgerDep,
+                   request: Request) -> DeviceExtents:
     device, claims, leases = ledger.read(lambda s, now: reads.device_extents(s, device_id, now))
+    memory = memory_of(request)
     return DeviceExtents(
         device=Device.model_validate(asdict(device)),
         claims=[Claim.model_validate(asdict(c)) for c in claims],
-        leases=[Lease.model_validate(asdict(x)) for x in leases],
+        leases=[Lease.model_validate(asdict(located(memory, x))) for x in leases],
     )
 
 
@@ -58,8 +61,8 @@ def list_events(
     ledger: LedgerDep,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-    lease_id: Annotated[str | None, Query(max_length=64)] = None,
-    kind: Annotated[str | None, Query(max_length=32)] = None,
+    lease_id: Annotated[str | None, Query(pattern=LEASE_ID_PATTERN)] = None,
+    kind: Annotated[str | None, Query(max_length=32, pattern=TEXT_PATTERN)] = None,
 ) -> list[Event]:
     """Newest first; `after_id` returns only events newer than that id (for polling)."""
     found = ledger.read(lambda s, _now: reads.events(s, limit=limit, after_id=after_id,

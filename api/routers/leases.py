@@ -22,15 +22,19 @@ from api.auth import PrincipalDep, admin_of, principal_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.device_admin import LeasePlacer
 from api.errors import ERROR_RESPONSES
+from api.lease_memory import LeaseMemory, located, memory_of
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
-from poold.errors import Forbidden
+from poold.errors import Forbidden, NoCapacity, UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.views import LeaseView
 from poold.security import lease_token
-from poold.types import LeaseState, Role
+from poold.types import TEXT_PATTERN, DeviceKind, LeaseState, Role, is_lease_id
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERROR_RESPONSES)
+# A lease id is 32 hex digits; anything else (a NUL byte, garbage) names no lease: 404
+# UnknownLease here (`known`), before any ledger command or query.
 LeaseId = Annotated[str, Path(min_length=1, max_length=64)]
+Filter = Annotated[str | None, Query(max_length=128, pattern=TEXT_PATTERN)]
 
 # The wire schema is the view, field for field: the view's JSON is the schema's JSON.
 if [f.name for f in fields(LeaseView)] != list(Lease.model_fields):
@@ -46,7 +50,13 @@ def _json(content: bytes, status_code: int = status.HTTP_200_OK) -> Response:
 async def _write(request: Request, command: Callable[[leases.Tx], LeaseView],
                  status_code: int = status.HTTP_200_OK) -> Response:
     view: LeaseView = await asyncio.wrap_future(ledger_of(request).submit(command))
-    return _json(_ONE.dump_json(view), status_code)
+    return _json(_ONE.dump_json(located(memory_of(request), view)), status_code)
+
+
+def known(lease_id: str) -> str:
+    if not is_lease_id(lease_id):
+        raise UnknownLease(f"no lease {lease_id!r}")
+    return lease_id
 
 
 def _tenant_only(request: Request) -> str | None:
@@ -71,20 +81,36 @@ async def grant_lease(body: LeaseRequest, request: Request) -> Response:
     else:
         view = await asyncio.wrap_future(
             ledger_of(request).submit(partial(leases.grant, request=grant)))
+    memory = memory_of(request)
+    if memory is not None and view.kind == DeviceKind.EMULATED and \
+            view.state is LeaseState.ACTIVE:  # not a replay of a lease that ended since
+        await _make_memory(request, memory, view)
     token = lease_token(request.app.state.lease_key, view.id)
     # The view's JSON object with the token appended (hex: nothing to escape).
-    body_json = _ONE.dump_json(view)[:-1] + b',"token":"' + token.encode() + b'"}'
+    body_json = _ONE.dump_json(located(memory, view))[:-1] + b',"token":"' + token.encode() + b'"}'
     return _json(body_json, status.HTTP_201_CREATED)
+
+
+async def _make_memory(request: Request, memory: LeaseMemory, view: LeaseView) -> None:
+    """An emulated lease's memfd, made once the grant committed (the lease id names it). No
+    memory to make it of: the lease is released again, and the grant refused as no capacity."""
+    try:
+        memory.create(view.id, view.length)
+    except NoCapacity:
+        await asyncio.wrap_future(ledger_of(request).submit(partial(
+            leases.release, lease_id=view.id, actor="daemon")))
+        raise
 
 
 @router.get("", response_model=list[Lease])
 def list_leases(
+    request: Request,
     ledger: LedgerDep,
     principal: PrincipalDep,
     state: LeaseState | None = None,
-    pool: Annotated[str | None, Query(max_length=128)] = None,
-    tenant: Annotated[str | None, Query(max_length=128)] = None,
-    host: Annotated[str | None, Query(max_length=128)] = None,
+    pool: Filter = None,
+    tenant: Filter = None,
+    host: Filter = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
     """Newest first. A tenant sees its own leases only, whatever `tenant` asks."""
@@ -92,21 +118,22 @@ def list_leases(
         tenant = principal.tenant
     found = ledger.read(lambda s, now: reads.leases(s, now, state=state, pool=pool, tenant=tenant,
                                                     host=host, limit=limit))
-    return _json(_MANY.dump_json(found))
+    memory = memory_of(request)
+    return _json(_MANY.dump_json([located(memory, view) for view in found]))
 
 
 @router.get("/{lease_id}", response_model=Lease)
 def get_lease(lease_id: LeaseId, ledger: LedgerDep, request: Request) -> Response:
-    only = _tenant_only(request)
-    return _json(_ONE.dump_json(
-        ledger.read(lambda s, now: reads.lease(s, lease_id, now, tenant_only=only))))
+    only, lease_id = _tenant_only(request), known(lease_id)
+    view = ledger.read(lambda s, now: reads.lease(s, lease_id, now, tenant_only=only))
+    return _json(_ONE.dump_json(located(memory_of(request), view)))
 
 
 @router.post("/{lease_id}/keepalive", response_model=Lease)
 async def keepalive(lease_id: LeaseId, request: Request,
                     body: KeepaliveRequest | None = None) -> Response:
     ttl_s = body.ttl_s if body else None
-    return await _write(request, partial(leases.keepalive, lease_id=lease_id, ttl_s=ttl_s,
+    return await _write(request, partial(leases.keepalive, lease_id=known(lease_id), ttl_s=ttl_s,
                                          actor=actor_of(request),
                                          tenant_only=_tenant_only(request)))
 
@@ -114,7 +141,7 @@ async def keepalive(lease_id: LeaseId, request: Request,
 @router.delete("/{lease_id}", response_model=Lease)
 async def release_lease(lease_id: LeaseId, request: Request) -> Response:
     """Idempotent: a lease that already ended is returned as it ended."""
-    return await _write(request, partial(leases.release, lease_id=lease_id,
+    return await _write(request, partial(leases.release, lease_id=known(lease_id),
                                          actor=actor_of(request),
                                          tenant_only=_tenant_only(request)))
 
@@ -122,5 +149,5 @@ async def release_lease(lease_id: LeaseId, request: Request) -> Response:
 @router.post("/{lease_id}/revoke", response_model=Lease)
 async def revoke_lease(lease_id: LeaseId, request: Request) -> Response:
     """Administrative end of a lease; its holder learns at its next keepalive."""
-    return await _write(request, partial(leases.revoke, lease_id=lease_id,
+    return await _write(request, partial(leases.revoke, lease_id=known(lease_id),
                                          actor=admin_of(request).actor))

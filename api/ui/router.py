@@ -46,7 +46,7 @@ def ui_page() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=HEADERS)
 
 
-class _Static(StaticFiles):
+class StaticAssets(StaticFiles):
     """StaticFiles with the same no-cache and nosniff headers as the page."""
 
     def file_response(self, full_path: PathLike, stat_result: os.stat_result, scope: Scope,
@@ -60,4 +60,4 @@ class _Static(StaticFiles):
 def install(app: FastAPI) -> None:
     """Add the UI's routes to `app`: /ui (redirect), /ui/ (the page), /ui/static/* (assets)."""
     app.include_router(router)
-    app.mount("/ui/static", _Static(directory=STATIC), name="ui-static")
+    app.mount("/ui/static", StaticAssets(directory=STATIC), name="ui-static")

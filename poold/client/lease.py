@@ -53,11 +53,12 @@ class Lease:
             raise errors.LeaseLost(f"lease {self.id} lost: {self.lost_reason}")
 
     def map(self, *, prefault: bool = True) -> Mapping:
-        """Map exactly the leased extent (MAP_SHARED, pre-faulted).
+        """Map exactly the leased memory (MAP_SHARED, pre-faulted).
 
         Through a descriptor passed by the daemon when the client knows its fd socket (no
-        device permission needed), else by opening the chardev. A lease on a system-ram device
-        (memory of a NUMA node, a memfd the daemon made) can only be mapped the first way.
+        permission on anything needed), else by opening the lease's map_path, which for
+        emulated and system-ram leases is the daemon's own memfd (/proc/<pid>/fd/<n>: root or
+        the daemon's user only).
         """
         self.check()
         info = self.info
@@ -70,8 +71,11 @@ class Lease:
                                   prefault=prefault, fd=passed.fd)
             finally:
                 os.close(passed.fd)
+        elif info.map_path is None:
+            raise errors.ClientError(f"lease {info.id} is a {info.kind} lease whose memory only "
+                                     "its daemon can hand out: pass fd_socket= to the client")
         else:
-            mapping = Mapping(info.chardev, info.offset, info.length, info.align,
+            mapping = Mapping(info.map_path, info.map_offset, info.length, info.align,
                               prefault=prefault)
         self._mappings.append(mapping)
         return mapping

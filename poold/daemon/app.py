@@ -30,10 +30,11 @@ from fastapi import FastAPI
 from api.app import create_app
 from api.auth import TokenAuthenticator
 from api.metrics import RECLAIM_EVENTS, Metrics, reclaim_reason
+from api.ratelimit import RateLimiter
 from api.routers.ops import ledger_problem
 from drivers import DriverFailure
 from drivers.daxctl import DaxControl
-from drivers.emulated import default_backing_dir, ensure_emulated_device
+from drivers.emulated import emulated_device
 from drivers.sysfs import Sysfs
 from drivers.topology import scan
 from drivers.udev import UdevMonitor, open_monitor
@@ -43,40 +44,66 @@ from poold.daemon import reaper
 from poold.daemon.access import ensure_admin_credential, peer_policy
 from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
+from poold.daemon.fdstore import FdStore, KeeperStore, NoStore, SystemdStore
 from poold.daemon.hotplug import HotplugWatcher
+from poold.daemon.httplimits import LimitedHttpProtocol, limited
 from poold.daemon.isolated import IsolatedLeases
-from poold.daemon.nodemem import NodeMemory
+from poold.daemon.leasemem import LeaseMemory
+from poold.daemon.nodemem import NodeAllocator
 from poold.daemon.peercred import PeerCredProtocol
 from poold.daemon.scrub import POLL_S as SCRUB_POLL_S
 from poold.daemon.scrub import Scrubber
-from poold.daemon.sdnotify import Notifier, keep_watchdog
+from poold.daemon.sdnotify import Notifier, fdstore_offered, keep_watchdog
+from poold.daemon.statedir import StateDir
 from poold.daemon.tasks import every
-from poold.errors import LedgerUnavailable
+from poold.errors import FdStoreUnavailable, LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import reads, registry
+from poold.ledger import reads, registry, retention, sharing
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
+from poold.ledger.retention import Pruned
 from poold.ledger.tenants import RevocationFeed
 from poold.models import Pool
 from poold.security import load_or_create_key
+from poold.types import DeviceKind, LeaseState
 
 log = logging.getLogger(__name__)
+
+# Retention passes (each a transaction of at most PRUNE_BATCH rows of each kind) per run, so
+# one run catching up on a long backlog cannot keep the writer busy for long.
+PRUNE_PASSES = 20
 
 
 class Daemon:
     def __init__(self, settings: Settings, clock: LedgerClock | None = None,
-                 monitor: UdevMonitor | None = None, notifier: Notifier | None = None) -> None:
+                 monitor: UdevMonitor | None = None, notifier: Notifier | None = None,
+                 fd_store: FdStore | None = None) -> None:
         self.settings = settings
         self.notifier = notifier or Notifier.from_environment()
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state = StateDir(settings.state_dir)
+        self.state.claim()  # one daemon per state directory: StateDirBusy otherwise
+        try:
+            self._build(settings, clock, monitor, fd_store)
+        except BaseException:  # a daemon that did not start holds nothing
+            if hasattr(self, "ledger"):
+                self.ledger.close()
+            self.state.release()
+            raise
+
+    def _build(self, settings: Settings, clock: LedgerClock | None,
+               monitor: UdevMonitor | None, fd_store: FdStore | None) -> None:
+        if settings.sqlite_path is not None:
+            self.state.private_ledger(settings.sqlite_path)
         db.upgrade(settings.ledger_url)
         self.ledger = Ledger(
             settings.ledger_url, host_id=settings.host_id, default_pool=settings.default_pool,
             clock=clock, synchronous=settings.sqlite_synchronous,
             batch_max=settings.commit_batch_max,
             liveness=Liveness(settings.host_ttl_s, settings.host_grace_s),
+            tenant_defaults=(settings.default_tenant_max_bytes,
+                             settings.default_tenant_max_leases),
         )
         self.ledger.start()
         self.metrics = Metrics(self.ledger)
@@ -97,11 +124,14 @@ class Daemon:
         self.hotplug = (HotplugWatcher(monitor, partial(self.rescan, trigger="udev"))
                         if monitor is not None else None)
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
-        # Memfds bound to NUMA nodes: the memory of leases on system-ram devices.
-        self.node_memory = NodeMemory(settings.sysfs_root)
-        self.scrubber = Scrubber(self.ledger, self.metrics, self.node_memory)
+        # The memory of leases on emulated and system-ram devices: a sealed memfd each, kept
+        # across restarts in the fd store; what the store no longer has is lost.
+        self.memory = LeaseMemory(fd_store or self._fd_store(), NodeAllocator(settings.sysfs_root),
+                                  huge_pages=settings.emulate_huge_pages)
+        self._recover_memory()
+        self.scrubber = Scrubber(self.ledger, self.metrics, self.memory)
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key,
-                                  self.node_memory)
+                                  self.memory)
         self.auth: TokenAuthenticator | None = None
         self.admin_credential: Path | None = None
         # Revocations through other daemons on a PostgreSQL ledger, heard as they commit.
@@ -118,7 +148,10 @@ class Daemon:
                                        sysfs_root=str(settings.sysfs_root),
                                        lease_key=self.lease_key, metrics=self.metrics,
                                        probe_timeout_s=settings.probe_timeout_s,
-                                       auth=self.auth, max_body_bytes=settings.max_body_bytes)
+                                       auth=self.auth, max_body_bytes=settings.max_body_bytes,
+                                       rate_limiter=_rate_limiter(settings))
+        self.app.state.lease_memory = self.memory
+        self._publish_limits()
         self.isolated: IsolatedLeases | None = None
         if settings.discover_dax:  # admin device operations (api.routers.devices)
             ops = DeviceOps(self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
@@ -133,12 +166,8 @@ class Daemon:
         specs = []
         s = self.settings
         if s.emulate_size:
-            path = s.emulate_path
-            if path is None:
-                directory = s.emulate_dir or default_backing_dir(s.emulate_size, s.state_dir)
-                path = Path(directory) / f"poold-{s.host_id}-emu0"
             spec = spec_from_emulated(
-                ensure_emulated_device("emu0", path, s.emulate_size, s.emulate_align))
+                emulated_device("emu0", str(s.state_dir), s.emulate_size, s.emulate_align))
             if s.emulate_uid is not None:
                 spec = replace(spec, uid=s.emulate_uid, shared=True)
             specs.append(spec)
@@ -152,6 +181,46 @@ class Daemon:
                 log.exception("inventory.scan_failed root=%s", s.sysfs_root)
                 raise
         return specs
+
+    def _publish_limits(self) -> None:
+        """The configured per-principal limits, in /metrics (-1: none)."""
+        s = self.settings
+        for name, value in (("rate_limit_per_s", s.rate_limit_per_s),
+                            ("rate_limit_burst", s.rate_limit_burst),
+                            ("default_tenant_max_bytes", s.default_tenant_max_bytes),
+                            ("default_tenant_max_leases", s.default_tenant_max_leases)):
+            self.metrics.limits.labels(name).set(-1 if value is None else value)
+
+    def _fd_store(self) -> FdStore:
+        s = self.settings
+        kind = s.fd_store
+        if kind == "auto":
+            kind = "systemd" if fdstore_offered() else "keeper"
+        if kind == "systemd":
+            return SystemdStore(self.notifier)
+        if kind == "keeper":
+            return KeeperStore(s.state_dir, s.fd_keeper_linger_s)
+        return NoStore()
+
+    def _recover_memory(self) -> None:
+        """Take back the memfds the fd store kept across the last stop; the active leases of
+        this host that should have one and do not (no store, or it lost them) are lost: their
+        holders learn at their next keepalive, never mapping another's bytes or fresh zeros as
+        if they were theirs."""
+        host = self.settings.host_id
+        owned = self.ledger.read(lambda s, now: reads.memory_leases(s, now, host_id=host))
+        try:
+            kept = self.memory.recover(lambda ids: {i: owned[i][0] for i in ids if i in owned})
+        except OSError as exc:  # the store may hold them still: never call them lost for this
+            raise FdStoreUnavailable(f"the {self.memory.store.kind} fd store did not answer "
+                                     f"({exc}); not starting") from exc
+        gone = {lease_id for lease_id, (kind, state) in owned.items()
+                if kind == DeviceKind.EMULATED and state == LeaseState.ACTIVE
+                and lease_id not in kept}
+        if gone:
+            lost = self.ledger.run(partial(sharing.lose_own_leases, only=gone,
+                                           reason="its memory did not survive the restart"))
+            log.warning("leasemem.leases_lost count=%d store=%s", lost, self.memory.store.kind)
 
     def rescan(self, trigger: str = "manual") -> None:
         """Reconcile the ledger with what sysfs shows now (hotplug, periodic fallback)."""
@@ -214,6 +283,23 @@ class Daemon:
 
         registry.reconcile_devices(tx, specs, pool_for)
 
+    def prune(self) -> Pruned:
+        """Forget what ended longer than retention_s ago (poold.ledger.retention), a bounded
+        batch per transaction, until a pass finds less than a batch of anything."""
+        total = Pruned()
+        for _ in range(PRUNE_PASSES):
+            done = self.ledger.run(partial(retention.prune, retention_s=self.settings.retention_s))
+            total += done
+            if not done.full:
+                break
+        for table, count in (("leases", total.leases), ("events", total.events),
+                             ("claims", total.claims)):
+            self.metrics.pruned.labels(table).inc(count)
+        if total.total:
+            log.info("ledger.pruned leases=%d events=%d claims=%d", total.leases, total.events,
+                     total.claims)
+        return total
+
     def tick(self) -> int:
         """One reaper tick (poold.daemon.reaper.tick: heartbeat, reaper, lost hosts, idle claims,
         a fence lifted), counted and logged; returns how many leases it finalised."""
@@ -236,6 +322,7 @@ class Daemon:
         tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick)),
                  asyncio.create_task(every(min(SCRUB_POLL_S, s.reap_interval_s), "scrubber",
                                            self.scrubber.run_once))]
+        tasks.append(asyncio.create_task(every(s.prune_interval_s, "retention", self.prune)))
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
                                                    partial(self.rescan, trigger="periodic"))))
@@ -266,9 +353,16 @@ class Daemon:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self.ledger.close()
-            self.node_memory.close()
+            self.close()
             log.info("daemon.stopped host=%s", s.host_id)
+
+    def close(self) -> None:
+        """Let go of the ledger, the lease memory (the fd store keeps its copies: the next start
+        takes them back) and the state directory's lock. The lifespan does this at shutdown;
+        a daemon that never served (tests) is closed with it."""
+        self.ledger.close()
+        self.memory.close()
+        self.state.release()
 
     def serve(self) -> None:
         """HTTP (HTTPS when configured) on the TCP address, plain HTTP with peer credentials on
@@ -282,6 +376,9 @@ class Daemon:
         tls = s.tls_certfile is not None
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
                                 log_config=None,
+                                http=limited(LimitedHttpProtocol, s.max_header_bytes,
+                                             s.header_timeout_s),
+                                limit_concurrency=s.max_connections,
                                 ssl_certfile=str(s.tls_certfile) if tls else None,
                                 ssl_keyfile=str(s.tls_keyfile) if tls else None)
         tcp = socket.create_server((s.listen_host, s.listen_port), reuse_port=False)
@@ -292,7 +389,9 @@ class Daemon:
         uds.bind(str(uds_path))
         os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
         local = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                               log_config=None, http=PeerCredProtocol)
+                               log_config=None, limit_concurrency=s.max_connections,
+                               http=limited(PeerCredProtocol, s.max_header_bytes,
+                                            s.header_timeout_s))
         scheme = "https" if tls else "http"
         status = f"serving {scheme}://{s.listen} and {uds_path}"
         try:
@@ -300,6 +399,12 @@ class Daemon:
         finally:
             uds_path.unlink(missing_ok=True)
             self.notifier.close()
+
+
+def _rate_limiter(s: Settings) -> RateLimiter | None:
+    if s.auth != "token" or s.rate_limit_per_s is None:
+        return None  # with auth off everyone is an admin, and admins are not limited
+    return RateLimiter(s.rate_limit_per_s, s.rate_limit_burst)
 
 
 def _shared(spec: DeviceSpec, patterns: list[str]) -> bool:

@@ -1,17 +1,20 @@
-"""Hands the open file descriptor of a leased device to a local client (SCM_RIGHTS).
+"""Hands a lease's memory to its holder as an open file descriptor (SCM_RIGHTS) on fd.sock.
 
 Clients then need no permission on /dev/daxX.Y: they connect to the daemon's UNIX socket, send
-`{"lease_id": ..., "token": ...}` and receive the fd with a JSON answer naming the extent to map.
-The daemon identifies the caller by SO_PEERCRED (logged with every hand-out) and gives the fd
-only for an active lease of this host whose token matches, i.e. to whoever was handed the lease.
-The fd covers the whole device: what keeps a holder inside its extent is the same as for a
-process with device permission (its own mapping code, checked by the SDK); isolated pools
-(poold.daemon.isolated) give each lease a device of its own, which removes even that.
+`{"lease_id": ..., "token": ...}` and receive the fd with a JSON answer naming what to map. The
+daemon identifies the caller by SO_PEERCRED (logged with every hand-out) and gives the fd only
+for an active lease of this host whose token matches, i.e. to whoever was handed the lease.
 
-A lease on a system-ram device has no chardev to open: its memory is a memfd bound to the
-device's NUMA node (poold.daemon.nodemem), the same one for every request, covering nothing but
-the lease. The answer says where in the fd the lease's bytes start (`map_offset`): the lease's
-offset for a chardev, 0 for a memfd.
+What the fd reaches (invariant 8):
+- emulated and system-ram leases: the lease's own sealed memfd (poold.daemon.leasemem), nothing
+  else; `map_offset` 0.
+- devdax: the device's chardev at the lease's offset. In an isolated pool the device is the
+  lease's alone; a static device serves one tenant at a time; a pool declared one trust domain
+  shares its devices between its tenants.
+
+Connections are served concurrently, each in a thread of its own, at most MAX_CONNECTIONS at
+once and each for at most REQUEST_TIMEOUT_S: a client that connects and says nothing delays no
+one else, and is closed without a traceback.
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from poold import errors
-from poold.daemon.nodemem import NodeMemory
+from poold.daemon.leasemem import LeaseMemory
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
 from poold.security import token_matches
-from poold.types import DeviceKind, LeaseState
+from poold.types import DeviceKind, LeaseState, is_lease_id
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST = 4096
 REQUEST_TIMEOUT_S = 5.0
+# Connections served at once; one more waits in the listen backlog until a slot is free. An idle
+# client holds a slot for REQUEST_TIMEOUT_S at most.
+MAX_CONNECTIONS = 64
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -47,13 +53,15 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 class FdServer:
     def __init__(self, path: Path, ledger: Ledger, key: bytes,
-                 node_memory: NodeMemory | None = None) -> None:
+                 memory: LeaseMemory | None = None,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.path = path
         self._ledger = ledger
         self._key = key
-        self._node_memory = node_memory
+        self._memory = memory
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._slots = threading.BoundedSemaphore(max_connections)
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,22 +86,32 @@ class FdServer:
 
     def _serve(self) -> None:
         while self._sock is not None:
+            self._slots.acquire()
             try:
                 conn, _addr = self._sock.accept()
             except OSError:
+                self._slots.release()
                 return  # closed by stop()
+            threading.Thread(target=self._connection, args=(conn,), name="fdpass-conn",
+                             daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        try:
             with conn:
-                try:
-                    self._handle(conn)
-                except Exception:
-                    log.exception("fdpass.failed")
+                self._handle(conn)
+        except (TimeoutError, ConnectionError) as exc:  # a client that stalled or went away
+            log.info("fdpass.dropped error=%s", type(exc).__name__)
+        except Exception:
+            log.exception("fdpass.failed")
+        finally:
+            self._slots.release()
 
     def _handle(self, conn: socket.socket) -> None:
         conn.settimeout(REQUEST_TIMEOUT_S)
         pid, uid, gid = peer_credentials(conn)
         peer = {"pid": pid, "uid": uid, "gid": gid}
         try:
-            lease_id, token = _parse(conn.recv(MAX_REQUEST))
+            lease_id, token = _parse(_read_request(conn))
             answer, fd = self._open(lease_id, token)
         except errors.PooldError as exc:
             log.info("fdpass.refused peer=%s error=%s", peer, type(exc).__name__)
@@ -106,9 +124,10 @@ class FdServer:
             os.close(fd)
 
     def _open(self, lease_id: str, token: str) -> tuple[dict[str, Any], int]:
-        lease, kind, node = self._ledger.read(lambda s, now: reads.lease_memory(s, lease_id, now))
+        # The token first: a caller without it costs no ledger read.
         if not token_matches(self._key, lease_id, token):
             raise errors.NotLeaseHolder(f"wrong token for lease {lease_id}")
+        lease, kind, node = self._ledger.read(lambda s, now: reads.lease_memory(s, lease_id, now))
         if lease.host != self._ledger.host_id:
             raise errors.InvalidRequest(f"lease {lease_id} is held on host {lease.host}")
         if lease.state is not LeaseState.ACTIVE:
@@ -116,17 +135,30 @@ class FdServer:
         answer = {"lease_id": lease.id, "chardev": lease.chardev, "offset": lease.offset,
                   "length": lease.length, "align": lease.align, "generation": lease.generation,
                   "kind": kind, "map_offset": lease.offset}
-        if kind == DeviceKind.SYSTEM_RAM:
-            if self._node_memory is None:
-                raise errors.InvalidRequest(f"lease {lease_id} is on system-ram; this daemon "
-                                            "hands out no node memory")
-            fd = self._node_memory.open(lease.id, node, lease.length)
-            return {**answer, "map_offset": 0, "numa_node": node}, fd
+        if kind in (DeviceKind.SYSTEM_RAM, DeviceKind.EMULATED):
+            if self._memory is None:
+                raise errors.InvalidRequest(f"lease {lease_id} is on {kind}; this daemon "
+                                            "hands out no lease memory")
+            fd = self._memory.open(lease.id, DeviceKind(kind), node, lease.length)
+            extra = {"numa_node": node} if kind == DeviceKind.SYSTEM_RAM else {}
+            return {**answer, "map_offset": 0, **extra}, fd
         try:
             fd = os.open(lease.chardev, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             raise errors.DriverError(f"{lease.chardev}: {exc.strerror}") from exc
         return answer, fd
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One JSON line (the SDK sends it in one write; a slow writer is read until its newline,
+    MAX_REQUEST or the connection's timeout)."""
+    raw = b""
+    while b"\n" not in raw and len(raw) < MAX_REQUEST:
+        chunk = conn.recv(MAX_REQUEST - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    return raw
 
 
 def _parse(raw: bytes) -> tuple[str, str]:
@@ -135,8 +167,10 @@ def _parse(raw: bytes) -> tuple[str, str]:
         lease_id, token = request["lease_id"], request["token"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise errors.InvalidRequest("send one JSON object {\"lease_id\", \"token\"}") from exc
-    if not isinstance(lease_id, str) or not isinstance(token, str) or len(lease_id) > 64:
+    if not isinstance(lease_id, str) or not isinstance(token, str):
         raise errors.InvalidRequest("lease_id and token must be strings")
+    if not is_lease_id(lease_id):
+        raise errors.UnknownLease(f"no lease {lease_id[:64]!r}")
     return lease_id, token
 
 

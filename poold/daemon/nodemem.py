@@ -9,12 +9,9 @@ UNIX socket (poold.daemon.fdpass); the client maps it at offset 0. The ledger ac
 device's bytes as extents like any other device's (quotas, capacity, placement); the extent's
 offset is bookkeeping only.
 
-Owns the memfds: one per lease, made at the lease's first map request, the same one for every
-later request, and closed when the lease ends (`sweep`; the scrubber drops it first for pools
-that scrub). Closing is the scrub: the pages go back to the kernel, which zero-fills every page it
-hands out again (a fresh memfd reads zero), so no later lease sees them. A client's own mapping
-keeps its pages alive until it unmaps. The memfds live in the daemon's memory: a restart drops
-them (clients' mappings go on; a map after the restart gets a fresh, zeroed memfd).
+Makes those memfds (`NodeAllocator`), sealed against size changes, one per lease at its first
+map request; poold.daemon.leasemem owns them from then on (the same one for every later request,
+kept across restarts in the fd store, emptied and closed when the lease ends).
 
 Leaves alone: what the ledger accounts (poold.ledger.leases) and who may ask (fdpass).
 """
@@ -27,11 +24,11 @@ import logging
 import mmap
 import os
 import platform
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from drivers.memfd import seal
 from drivers.numa import read_list, scan_memory_blocks, scan_nodes
 from drivers.sysfs import Sysfs
 from poold import errors
@@ -105,8 +102,9 @@ def page_nodes(addresses: list[int]) -> list[int]:
 
 
 def node_memfd(name: str, node: int, length: int) -> int:
-    """A memfd of `length` bytes, every page allocated on `node` now; the caller owns the fd."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    """A memfd of `length` bytes, every page allocated on `node` now, sealed against size
+    changes (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL); the caller owns the fd."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, length)
         with mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as view:
@@ -123,6 +121,7 @@ def node_memfd(name: str, node: int, length: int) -> int:
         astray = sorted({n for n in found if n != node})
         if astray:
             raise OSError(errno.EIO, f"pages landed on node(s) {astray}, not on node {node}")
+        seal(fd)
         return fd
     except BaseException:
         os.close(fd)
@@ -137,33 +136,24 @@ def _prefault(view: mmap.mmap, length: int) -> None:
             view[offset] = 0
 
 
-class NodeMemory:
-    """The memfds of this host's leases on system-ram devices, by lease id."""
+class NodeAllocator:
+    """Makes the memfds of leases on system-ram devices (poold.daemon.leasemem owns them)."""
 
     def __init__(self, sysfs_root: Path, make: Callable[[str, int, int], int] = node_memfd
                  ) -> None:
         self._sysfs = Sysfs(sysfs_root)
         self._make = make
-        self._fds: dict[str, tuple[int, int, int]] = {}  # lease id -> (fd, node, length)
-        self._lock = threading.Lock()
 
-    def open(self, lease_id: str, node: int | None, length: int) -> int:
-        """A descriptor of the lease's memfd (made on first use); the caller closes it."""
+    def make(self, lease_id: str, node: int | None, length: int) -> int:
+        """A new memfd of `length` bytes on `node`, pre-faulted and sealed; the caller owns it."""
         if node is None:
             raise errors.DriverError(f"lease {lease_id}: its system-ram device has no NUMA node")
-        with self._lock:
-            held = self._fds.get(lease_id)
-            if held is None:
-                self._check_free(lease_id, node, length)
-                try:
-                    fd = self._make(f"poold-{lease_id[:12]}", node, length)
-                except OSError as exc:
-                    raise errors.DriverError(f"lease {lease_id}: cannot bind {length} bytes to "
-                                             f"node {node}: {exc.strerror or exc}") from exc
-                held = (fd, node, length)
-                self._fds[lease_id] = held
-                log.info("nodemem.created lease=%s node=%s bytes=%s", lease_id, node, length)
-            return os.dup(held[0])
+        self._check_free(lease_id, node, length)
+        try:
+            return self._make(f"poold-{lease_id[:12]}", node, length)
+        except OSError as exc:
+            raise errors.DriverError(f"lease {lease_id}: cannot bind {length} bytes to node "
+                                     f"{node}: {exc.strerror or exc}") from exc
 
     def _check_free(self, lease_id: str, node: int, length: int) -> None:
         """Refuse rather than let the pre-fault find the node full: with MPOL_BIND the kernel
@@ -175,30 +165,3 @@ class NodeMemory:
         if found.mem_free is not None and found.mem_free < length:
             raise errors.NoCapacity(f"lease {lease_id}: node {node} has {found.mem_free} bytes "
                                     f"free, the lease needs {length}")
-
-    def drop(self, lease_id: str) -> bool:
-        """Close the lease's memfd: its pages go back to the kernel (zeroed before reuse)."""
-        with self._lock:
-            held = self._fds.pop(lease_id, None)
-        if held is None:
-            return False
-        os.close(held[0])
-        log.info("nodemem.dropped lease=%s node=%s bytes=%s", lease_id, held[1], held[2])
-        return True
-
-    def sweep(self, holds: Callable[[str], bool]) -> int:
-        """Drop the memfd of every lease that no longer holds its extent; returns how many."""
-        with self._lock:
-            ids = list(self._fds)
-        return sum(self.drop(i) for i in ids if not holds(i))
-
-    def leases(self) -> dict[str, int]:
-        """Lease id -> bytes, of the memfds held now."""
-        with self._lock:
-            return {i: held[2] for i, held in self._fds.items()}
-
-    def close(self) -> None:
-        with self._lock:
-            ids = list(self._fds)
-        for lease_id in ids:
-            self.drop(lease_id)

@@ -3,7 +3,7 @@
 ASGI has no place for them, so the connection's protocol reads SO_PEERCRED once when the
 connection is made and adds (pid, uid, gid) to each request's scope under api.auth's key, where
 the authenticator maps the uid to a principal. Only the UNIX-socket server uses this protocol:
-a TCP peer's uid is unknowable.
+a TCP peer's uid is unknowable. The header limits of poold.daemon.httplimits apply here too.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ import asyncio
 import socket
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from api.auth import PEER_SCOPE_KEY
 from poold.daemon.fdpass import peer_credentials
+from poold.daemon.httplimits import LimitedHttpProtocol
 
 
-class PeerCredProtocol(HttpToolsProtocol):
+class PeerCredProtocol(LimitedHttpProtocol):
     _peer: tuple[int, int, int] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

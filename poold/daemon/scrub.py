@@ -6,11 +6,12 @@ chunks and zeroes it with memset, recording progress in the ledger (what `poold 
 draws as a progress bar); after a crash it goes on from the last progress it recorded, since
 those bytes were zero before it was written.
 
-A lease on a system-ram device has no bytes in a chardev: its memory is a memfd of the daemon's
-(poold.daemon.nodemem). Scrubbing it is closing that memfd: the pages go back to the kernel,
-which zero-fills each page before it hands it out again. Each pass also drops the memfds of
-leases that ended without scrubbing (pools that do not scrub), so none outlives its lease by
-more than one pass.
+A lease on an emulated or system-ram device has no bytes in a chardev: its memory is a memfd of
+the daemon's (poold.daemon.leasemem). Scrubbing it is emptying and closing that memfd: the pages
+go back to the kernel, which zero-fills each page before it hands it out again, and the next
+lease on those ledger bytes gets a new memfd. Each pass also drops the memfds of leases that
+ended without scrubbing (pools that do not scrub), so none outlives its lease by more than one
+pass.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 
 from api.metrics import Metrics
-from poold.daemon.nodemem import NodeMemory
+from poold.daemon.leasemem import LeaseMemory
 from poold.errors import UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.ledger import Ledger
@@ -42,29 +43,29 @@ POLL_S = 0.1
 
 class Scrubber:
     def __init__(self, ledger: Ledger, metrics: Metrics,
-                 node_memory: NodeMemory | None = None) -> None:
+                 memory: LeaseMemory | None = None) -> None:
         self._ledger = ledger
         self._metrics = metrics
-        self._node_memory = node_memory
+        self._memory = memory
 
     def run_once(self) -> int:
         """Scrub every lease of this host that waits for it; returns how many were freed."""
-        if self._node_memory is not None:
-            self._node_memory.sweep(self._holds)
+        if self._memory is not None:
+            self._memory.sweep(self._holds)
         done: list[str] = []
         jobs = self._ledger.read(partial(reads.scrubbing, host_id=self._ledger.host_id))
         ends: dict[str, int] = {}  # per device, the furthest byte this pass zeroes
         for job in jobs:
-            ends[job.chardev] = max(ends.get(job.chardev, 0), job.offset + job.length)
-        zeroed = [job for job in jobs if job.kind != DeviceKind.SYSTEM_RAM]  # memfds: no bytes
-        self._metrics.scrub_remaining.set(sum(job.length - job.done for job in zeroed))
+            if job.kind == DeviceKind.DEVDAX:
+                ends[job.chardev] = max(ends.get(job.chardev, 0), job.offset + job.length)
+        self._metrics.scrub_remaining.set(sum(job.length - job.done for job in jobs))
         with _Mappings(ends) as mappings:
             for job in jobs:
                 try:
-                    if job.kind == DeviceKind.SYSTEM_RAM:
-                        self._drop(job)
-                    else:
+                    if job.kind == DeviceKind.DEVDAX:
                         self._zero(job, mappings)
+                    else:
+                        self._drop(job)
                 except OSError as exc:  # the device went away or refuses: retry next pass
                     log.warning("scrub.failed lease=%s chardev=%s error=%s", job.lease_id,
                                 job.chardev, exc)
@@ -72,7 +73,7 @@ class Scrubber:
                 done.append(job.lease_id)
         finished = set(done)  # what failed is tried again at the next pass
         self._metrics.scrub_remaining.set(sum(
-            job.length - job.done for job in zeroed if job.lease_id not in finished))
+            job.length - job.done for job in jobs if job.lease_id not in finished))
         # One transaction frees the whole pass: under churn, one commit instead of one each.
         freed = sum(view is not None for view in self._ledger.run(
             lambda tx: [leases.finish_scrub(tx, lease_id) for lease_id in done])) if done else 0
@@ -88,10 +89,13 @@ class Scrubber:
         return lease.state.value in HOLDING_STATES
 
     def _drop(self, job: ScrubJob) -> None:
-        """A system-ram lease: its memfd closed, its pages are the kernel's (zeroed on reuse)."""
-        if self._node_memory is not None:
-            self._node_memory.drop(job.lease_id)
-        log.info("scrub.done lease=%s bytes=%d via=memfd-close", job.lease_id, job.length)
+        """An emulated or system-ram lease: its memfd emptied and closed, its pages are the
+        kernel's (zeroed before reuse). Nothing to do where this daemon holds none (a lease it
+        adopted from a lost host: that host's memfd went with it)."""
+        if self._memory is not None:
+            self._memory.drop(job.lease_id)
+        self._metrics.scrubbed.inc(job.length)
+        log.debug("scrub.done lease=%s bytes=%d via=memfd", job.lease_id, job.length)
 
     def _zero(self, job: ScrubJob, mappings: _Mappings) -> None:
         started = time.monotonic()

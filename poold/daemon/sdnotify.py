@@ -4,11 +4,14 @@ Owns the datagrams to $NOTIFY_SOCKET (READY=1, WATCHDOG=1, STOPPING=1, STATUS=..
 guarded watchdog loop that pings only while the daemon is healthy. It decides nothing about
 health itself: the composition root hands it a probe.
 
+Also the file descriptor store's two halves: FDSTORE=1 datagrams carrying descriptors
+(`notify_fds`), and the descriptors systemd hands back at the next start (`listen_fds`).
+
 Besides poold.config, this is the one module that reads the environment, and only systemd's
 service protocol variables: NOTIFY_SOCKET, WATCHDOG_USEC (and WATCHDOG_PID, which says which
-process the watchdog is for). They describe how this process was started, not how poold is
-configured, so they do not belong in Settings. When NOTIFY_SOCKET is unset (not under systemd,
-or Type= is not notify) every call is a no-op.
+process the watchdog is for), LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES and FDSTORE. They describe
+how this process was started, not how poold is configured, so they do not belong in Settings.
+When NOTIFY_SOCKET is unset (not under systemd, or Type= is not notify) every call is a no-op.
 """
 
 from __future__ import annotations
@@ -66,6 +69,20 @@ class Notifier:
             return False
         return True
 
+    def notify_fds(self, assignments: list[str], fds: list[int]) -> bool:
+        """Like `notify`, with descriptors attached (SCM_RIGHTS): FDSTORE=1."""
+        if self.address is None:
+            return False
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            socket.send_fds(self._sock, ["\n".join(assignments).encode()], fds,
+                            address=self.address)
+        except OSError as exc:
+            log.warning("sdnotify.failed address=%s error=%r", self.address, exc)
+            return False
+        return True
+
     def ready(self, status: str | None = None) -> bool:
         return self.notify("READY=1", *([f"STATUS={status}"] if status else []))
 
@@ -79,6 +96,45 @@ class Notifier:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+LISTEN_FDS_START = 3  # SD_LISTEN_FDS_START
+
+
+def fdstore_offered(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether systemd says it keeps a file descriptor store for this service ($FDSTORE, the
+    store's size, set by systemd 254 and later; older ones say nothing, so the unit names the
+    store in POOLD_FD_STORE instead)."""
+    env = os.environ if environ is None else environ
+    try:
+        return int(env.get("FDSTORE", "0")) > 0 and bool(env.get("NOTIFY_SOCKET"))
+    except ValueError:
+        return False
+
+
+def listen_fds(environ: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The descriptors systemd passed this process at start (sd_listen_fds_with_names(3)): name ->
+    fd, made close-on-exec. The variables are removed from os.environ, as sd_listen_fds(3) does,
+    so no child thinks they are its own. Empty when they are absent or meant for another pid."""
+    env = os.environ if environ is None else environ
+    try:
+        count = int(env.get("LISTEN_FDS", "0"))
+        pid = int(env.get("LISTEN_PID", "0"))
+    except ValueError:
+        return {}
+    names = env.get("LISTEN_FDNAMES", "").split(":")
+    if environ is None:
+        for key in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+            os.environ.pop(key, None)
+    if count <= 0 or pid != os.getpid():
+        return {}
+    found = {}
+    for index in range(count):
+        fd = LISTEN_FDS_START + index
+        os.set_inheritable(fd, False)
+        name = names[index] if index < len(names) and names[index] else f"unknown-{fd}"
+        found[name] = fd
+    return found
 
 
 def _watchdog_usec(env: Mapping[str, str]) -> int | None:

@@ -16,7 +16,7 @@ class DeviceSpec:
     uid: str  # stable identity across restarts and hosts (serial, path, or configured)
     kind: DeviceKind
     devname: str
-    chardev: str  # what a client opens and maps
+    chardev: str  # what a client opens and maps (devdax); memfd:<devname> for emulated
     size: int
     align: int
     numa_node: int | None = None
@@ -29,10 +29,10 @@ class DeviceSpec:
 
 def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:
     return DeviceSpec(
-        uid=f"emulated:{device.path}",
+        uid=f"emulated:{device.key}/{device.devname}",
         kind=DeviceKind.EMULATED,
         devname=device.devname,
-        chardev=str(device.path),
+        chardev=device.chardev,
         size=device.size,
         align=device.align,
         host_local=True,

@@ -18,14 +18,15 @@ class LostLease:
 class BlockLocation:
     """Where a block's bytes are, for another process that maps the same lease.
 
-    The block is at `lease_offset + slot_offset` in `chardev`; map the whole extent
-    (`lease_offset`, `lease_length`, `align`) with poold.client.Mapping and read
-    `block_size` bytes at `slot_offset`. Valid until the block is evicted or the lease lost.
+    The block is at `map_offset + slot_offset` in `map_path` (the lease's map_path: its devdax
+    chardev, or its daemon's memfd of an emulated lease, which root may open); map the lease
+    (`map_offset`, `lease_length`, `align`) with poold.client.Mapping and read `block_size`
+    bytes at `slot_offset`. Valid until the block is evicted or the lease lost.
     """
 
     lease_id: str
-    chardev: str
-    lease_offset: int
+    map_path: str | None
+    map_offset: int
     lease_length: int
     align: int
     slot_offset: int

@@ -185,7 +185,7 @@ class Tier:
         if where is None:
             return None
         info = where.slab.lease.info
-        return BlockLocation(info.id, info.chardev, info.offset, info.length, info.align,
+        return BlockLocation(info.id, info.map_path, info.map_offset, info.length, info.align,
                              where.offset, self.block_size)
 
     def stats(self) -> KVStats:

@@ -48,6 +48,8 @@ from poold.types import (
     EventKind,
     Extent,
     LeaseState,
+    is_lease_id,
+    is_text,
     round_up,
 )
 
@@ -83,6 +85,8 @@ class Tx:
     fenced: bool = False
     lost_after_s: float | None = None
     checked_claims: set[int] = field(default_factory=set)  # own claims locked in this transaction
+    # (max_bytes, max_leases) of a tenant created without quotas (Settings.default_tenant_*).
+    tenant_defaults: tuple[int | None, int | None] = (None, None)
     # Devices an admin operation is changing in the kernel (poold.ledger.devices.hold): the
     # writer's own set, shared by every Tx, so no grant lands on them meanwhile.
     held: set[int] = field(default_factory=set)
@@ -164,13 +168,15 @@ def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
 
 
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
+    _check_text(request)
     pool = _pool(tx, request.pool)
     ttl_s = _ttl(pool, request.ttl_s)
     if request.size <= 0 or request.size > MAX_BYTES:
         raise InvalidRequest(f"size must be between 1 and {MAX_BYTES} bytes, got {request.size}")
     digest = request.digest()
     if request.idempotency_key is not None:
-        replay = repo.lease_record_by_key(tx.conn, tx.host_id, request.idempotency_key)
+        replay = repo.lease_record_by_key(tx.conn, tx.host_id, request.tenant,
+                                          request.idempotency_key)
         if replay is not None:
             if replay.request_digest != digest:
                 raise IdempotencyConflict(
@@ -251,6 +257,7 @@ def reap(tx: Tx, limit: int = REAP_BATCH) -> int:
 
 
 def _end(tx: Tx, lease_id: str, state: LeaseState, kind: EventKind, actor: str) -> LeaseView:
+    _known_id(lease_id)
     # The usual case, in one statement whose WHERE clause holds every check: this host's lease,
     # active and still valid.
     ended = repo.end_own_lease(tx.conn, lease_id, tx.host_id, state, tx.now)
@@ -314,7 +321,25 @@ def _pool_record(tx: Tx, pool_id: int) -> PoolRecord:
     return pool
 
 
+def _check_text(request: GrantRequest) -> None:
+    """What the grant stores as text holds no control character (the API refuses those first;
+    a NUL byte would fail the whole transaction on PostgreSQL, not this command alone)."""
+    texts = [request.pool, request.idempotency_key, request.tenant, request.device,
+             *request.labels, *request.labels.values()]
+    bad = next((t for t in texts if t is not None and not is_text(t)), None)
+    if bad is not None:
+        raise InvalidRequest(f"control characters in {bad[:64]!r}")
+
+
+def _known_id(lease_id: str) -> None:
+    """Anything but a lease id names no lease: refused without a query (a NUL byte would fail
+    the whole transaction on PostgreSQL)."""
+    if not is_lease_id(lease_id):
+        raise UnknownLease(f"no lease {lease_id[:64]!r}")
+
+
 def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord:
+    _known_id(lease_id)
     lease = repo.lease_record(tx.conn, lease_id)
     if lease is None or (tenant_only is not None and lease.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
@@ -323,8 +348,16 @@ def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord
 
 def _check_quota(tx: Tx, tenant: str, length: int) -> None:
     """Refuse a grant that would take the tenant past a quota. The tenant's row stays locked
-    to the end of the transaction, so grants on other hosts wait rather than both pass."""
+    to the end of the transaction, so grants on other hosts wait rather than both pass. A
+    tenant's first lease creates its row with the default quotas (two hosts creating it at
+    once: one insert fails, and the writer reruns that grant, which then finds it)."""
     quota = repo.lock_tenant_quota(tx.conn, tenant)
+    if quota is None:
+        max_bytes, max_leases = tx.tenant_defaults
+        repo.insert_tenant(tx.conn, tenant, tx.now, max_bytes, max_leases)
+        tx.event(EventKind.TENANT_CHANGED, "daemon", host_id=tx.host_id, tenant=tenant,
+                 max_bytes=max_bytes, max_leases=max_leases, reason="first lease")
+        quota = repo.lock_tenant_quota(tx.conn, tenant)
     if quota is None or quota == (None, None):
         return
     max_bytes, max_leases = quota

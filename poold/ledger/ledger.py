@@ -27,9 +27,11 @@ T = TypeVar("T")
 class Ledger:
     def __init__(self, url: str, *, host_id: str, default_pool: str,
                  clock: LedgerClock | None = None, synchronous: str = "FULL",
-                 batch_max: int = 256, liveness: Liveness | None = None) -> None:
+                 batch_max: int = 256, liveness: Liveness | None = None,
+                 tenant_defaults: tuple[int | None, int | None] = (None, None)) -> None:
         """`liveness`: this host shares devices with others (fencing and lost hosts, see
-        poold.ledger.liveness); None: never fenced, never judges other hosts."""
+        poold.ledger.liveness); None: never fenced, never judges other hosts.
+        `tenant_defaults`: (max_bytes, max_leases) of a tenant created without quotas."""
         self.url = url
         self.host_id = host_id
         self.clock: LedgerClock = clock or DatabaseClock()
@@ -37,7 +39,8 @@ class Ledger:
         self._write_engine = make_engine(url, writer=True, synchronous=synchronous)
         self._read_engine = make_engine(url, writer=False, synchronous=synchronous)
         self.writer = LedgerWriter(self._write_engine, host_id=host_id, default_pool=default_pool,
-                                   clock=self.clock, batch_max=batch_max, liveness=liveness)
+                                   clock=self.clock, batch_max=batch_max, liveness=liveness,
+                                   tenant_defaults=tenant_defaults)
 
     def start(self) -> None:
         self.writer.start()

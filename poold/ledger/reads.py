@@ -22,7 +22,7 @@ from poold.ledger.views import (
     ScrubJob,
 )
 from poold.models import Claim, Device, Lease
-from poold.types import DeviceState, LeaseState
+from poold.types import DeviceKind, DeviceState, LeaseState, is_lease_id
 
 
 def devices(session: Session, now: datetime) -> list[DeviceView]:
@@ -83,6 +83,8 @@ def pool_id(session: Session, name: str) -> int:
 def lease(session: Session, lease_id: str, now: datetime, *,
           tenant_only: str | None = None) -> LeaseView:
     """`tenant_only`: asked by that tenant, to whom other tenants' leases do not exist."""
+    if not is_lease_id(lease_id):  # names no lease: no query
+        raise UnknownLease(f"no lease {lease_id[:64]!r}")
     found = repo.get_lease(session, lease_id)
     if found is None or (tenant_only is not None and found.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
@@ -96,6 +98,16 @@ def lease_memory(session: Session, lease_id: str, now: datetime
     view = lease(session, lease_id, now)
     device = repo.devices_by_id(session)[view.device_id]
     return view, device.kind, device.numa_node
+
+
+def memory_leases(session: Session, now: datetime, *, host_id: str
+                  ) -> dict[str, tuple[DeviceKind, LeaseState]]:
+    """This host's leases that still hold their extent (active or scrubbing) on devices whose
+    leases are memory objects of the daemon (emulated, system-ram): id -> (kind, state)."""
+    kinds = {d.id: DeviceKind(d.kind) for d in repo.list_devices(session)
+             if d.kind in (DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM)}
+    return {x.id: (kinds[x.device_id], LeaseState(x.state))
+            for x in repo.live_leases(session, host_id=host_id) if x.device_id in kinds}
 
 
 def leases(session: Session, now: datetime, *, state: LeaseState | None = None,

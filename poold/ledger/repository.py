@@ -16,7 +16,17 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, CursorResult, Table, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    String,
+    Table,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from poold.ledger.views import LEASE_COLUMNS, DeviceRecord, LeaseRecord, PoolRecord
@@ -152,8 +162,9 @@ _CLAIM_EXTENTS = (
 _INSERT_CLAIM = insert(_CLAIMS).returning(_CLAIMS.c.id)
 _SELECT_LEASE = select(*(_LEASES.c[name] for name in LEASE_COLUMNS))
 _LEASE_BY_ID = _SELECT_LEASE.where(_LEASES.c.id == bindparam("lease_id"))
-_LEASE_BY_KEY = _SELECT_LEASE.where(_LEASES.c.host_id == bindparam("host_id"),
-                                    _LEASES.c.idempotency_key == bindparam("key"))
+_LEASE_BY_KEY = _SELECT_LEASE.where(
+    _LEASES.c.host_id == bindparam("host_id"), _LEASES.c.idempotency_key == bindparam("key"),
+    func.coalesce(_LEASES.c.tenant, "") == func.coalesce(bindparam("tenant", type_=String), ""))
 _EXPIRED_LEASES = (
     _SELECT_LEASE
     .where(_LEASES.c.host_id == bindparam("host_id"), _LEASES.c.state == _ACTIVE,
@@ -239,8 +250,12 @@ def lease_record(conn: Connection, lease_id: str) -> LeaseRecord | None:
     return None if row is None else LeaseRecord(*row)
 
 
-def lease_record_by_key(conn: Connection, host_id: str, key: str) -> LeaseRecord | None:
-    row = conn.execute(_LEASE_BY_KEY, {"host_id": host_id, "key": key}).one_or_none()
+def lease_record_by_key(conn: Connection, host_id: str, tenant: str | None, key: str
+                        ) -> LeaseRecord | None:
+    """The lease granted with this idempotency key on this host for this tenant (None: for
+    admins and agents leasing for no tenant)."""
+    row = conn.execute(_LEASE_BY_KEY, {"host_id": host_id, "tenant": tenant,
+                                       "key": key}).one_or_none()
     return None if row is None else LeaseRecord(*row)
 
 
@@ -461,6 +476,15 @@ def lock_tenant_quota(conn: Connection, name: str) -> tuple[int | None, int | No
     (PostgreSQL; on SQLite the writer holds the database), or None for an unknown tenant."""
     row = conn.execute(_QUOTA, {"name": name}).first()
     return None if row is None else (row[0], row[1])
+
+
+_INSERT_TENANT = insert(Tenant)
+
+
+def insert_tenant(conn: Connection, name: str, now: datetime, max_bytes: int | None,
+                  max_leases: int | None) -> None:
+    conn.execute(_INSERT_TENANT, {"name": name, "created_at": now, "max_bytes": max_bytes,
+                                  "max_leases": max_leases})
 
 
 def tenant_usage(conn: Connection, name: str, now: datetime) -> tuple[int, int]:

@@ -112,10 +112,13 @@ def _adopt(tx: Tx, lost_host: str) -> None:
     log.warning("host.lost host=%s adopted_by=%s claims=%d", lost_host, tx.host_id, len(claims))
 
 
-def lose_own_leases(tx: Tx, reason: str) -> int:
-    """End every active lease of this host as lost (it was fenced: its clients were told so)."""
+def lose_own_leases(tx: Tx, reason: str, only: set[str] | None = None) -> int:
+    """End every active lease of this host (of those in `only`) as lost: it was fenced and its
+    clients were told so, or their memory did not survive a restart."""
     lost = 0
     for lease in repo.own_active_leases(tx.conn, tx.host_id):
+        if only is not None and lease.id not in only:
+            continue
         if repo.lose_active_lease(tx.conn, lease.id, tx.now):
             _lost(tx, lease, reason, tx.host_id)
             lost += 1

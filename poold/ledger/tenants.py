@@ -87,7 +87,9 @@ def create_token(tx: Tx, *, name: str, role: Role, tenant: str | None, actor: st
     if (role is Role.TENANT) != (tenant is not None):
         raise InvalidRequest("a tenant token names its tenant; admin and agent tokens name none")
     if tenant is not None and tx.session.get(Tenant, tenant) is None:
-        tx.session.add(Tenant(name=tenant, created_at=tx.now))
+        max_bytes, max_leases = tx.tenant_defaults
+        tx.session.add(Tenant(name=tenant, created_at=tx.now, max_bytes=max_bytes,
+                              max_leases=max_leases))
     token_id, secret, bearer = new_token()
     token = Token(id=token_id, name=name, role=role.value, tenant=tenant,
                   secret_sha256=secret_digest(secret), created_at=tx.now, created_by=actor)

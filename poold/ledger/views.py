@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from poold.models import Device, Event, Lease
-from poold.types import LeaseState
+from poold.types import DeviceKind, LeaseState
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,12 @@ class LeaseView:
     labels: dict[str, str] = field(default_factory=dict)
     idempotency_key: str | None = None
     scrubbed_bytes: int = 0
+    kind: str = DeviceKind.DEVDAX.value
+    # Where an admin maps the lease's bytes: a devdax lease is its device's chardev at the
+    # lease's offset; an emulated or system-ram lease is a memfd of its host's daemon at offset
+    # 0, whose path only that daemon knows (None here; api.lease_memory fills it in).
+    map_path: str | None = None
+    map_offset: int = 0
 
     @classmethod
     def build(cls, lease: Lease | LeaseRecord, device: Device | DeviceRecord, pool_name: str,
@@ -60,6 +66,9 @@ class LeaseView:
             labels=dict(lease.labels),
             idempotency_key=lease.idempotency_key,
             scrubbed_bytes=lease.scrubbed_bytes,
+            kind=device.kind,
+            map_path=device.chardev if device.kind == DeviceKind.DEVDAX else None,
+            map_offset=lease.offset if device.kind == DeviceKind.DEVDAX else 0,
         )
 
 
@@ -228,4 +237,4 @@ class ScrubJob:
     offset: int
     length: int
     done: int
-    kind: str = "devdax"  # system-ram: the bytes are a memfd of the daemon's, not the chardev's
+    kind: str = "devdax"  # emulated, system-ram: the bytes are a memfd of the daemon's

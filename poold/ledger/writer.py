@@ -12,9 +12,12 @@ commands drop when they may have changed it (see `Tx`). Events the commands queu
 just before the commit, in the same transaction as the changes they record.
 
 A command that raises a PooldError fails alone; the batch still commits (commands check before
-they write). Anything else (a database error, a bug) rolls the whole batch back; the writer
-rebuilds its in-memory space and catalog from the ledger, on a fresh connection, and replays each
-command in its own transaction, so only the culprit fails.
+they write). A command the database refuses for its data (a value out of range, text it cannot
+store: SQLSTATE class 22) fails alone too, as InvalidRequest: the batch is rolled back and run
+again without it, on the same connection, after the in-memory space is rebuilt. Anything else (a
+lost connection, a bug) rolls the whole batch back; the writer rebuilds its in-memory space and
+catalog from the ledger, on a fresh connection, and replays each command in its own transaction,
+so only the culprit fails.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from poold.errors import HostFenced, LedgerUnavailable, PooldError
+from poold.errors import HostFenced, InvalidRequest, LedgerUnavailable, PooldError
 from poold.ledger import repository as repo
 from poold.ledger.clock import LedgerClock
 from poold.ledger.leases import Tx
@@ -58,10 +61,21 @@ class _Item:
     future: Future[Any]
 
 
+class _DataRefused(Exception):
+    """The database refused the data of the batch's command at `index`."""
+
+    def __init__(self, index: int, error: DataError) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
 class LedgerWriter:
     def __init__(self, engine: Engine, *, host_id: str, default_pool: str, clock: LedgerClock,
-                 batch_max: int = 256, liveness: Liveness | None = None) -> None:
+                 batch_max: int = 256, liveness: Liveness | None = None,
+                 tenant_defaults: tuple[int | None, int | None] = (None, None)) -> None:
         self._engine = engine
+        self._tenant_defaults = tenant_defaults
         self._liveness = liveness
         self._host_id = host_id
         self._default_pool = default_pool
@@ -148,6 +162,20 @@ class LedgerWriter:
     def _execute(self, batch: list[_Item], retries: int = TRANSIENT_RETRIES) -> None:
         try:
             outcomes = self._transaction(batch)
+        except _DataRefused as refused:
+            # The transaction was rolled back; the connection is sound. The space may hold what
+            # the commands before the culprit did: read again at the next use.
+            self._space = None
+            self._catalog = None
+            log.warning("ledger.data_refused error=%s", type(refused.error.orig).__name__)
+            refusal = InvalidRequest(f"the ledger cannot store this request's data: "
+                                     f"{type(refused.error.orig).__name__}")
+            refusal.__cause__ = refused.error
+            _settle(batch[refused.index].future, False, refusal)
+            rest = batch[:refused.index] + batch[refused.index + 1:]
+            if rest:
+                self._execute(rest, retries)
+            return
         except Exception as exc:
             self._space = None
             self._catalog = None
@@ -191,7 +219,8 @@ class LedgerWriter:
                 if self._space is None:
                     self._space = self._rebuild_space(session)
                 tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
-                        self._catalog, held=self.held_devices)
+                        self._catalog, held=self.held_devices,
+                        tenant_defaults=self._tenant_defaults)
                 if self._liveness is not None:
                     tx.fenced = self._liveness.fenced
                     tx.lost_after_s = self._liveness.lost_after_s
@@ -204,6 +233,8 @@ class LedgerWriter:
                         outcomes.append((True, item.command(tx)))
                     except PooldError as exc:
                         outcomes.append((False, exc))
+                    except DataError as exc:
+                        raise _DataRefused(len(outcomes), exc) from exc
                     tx.command_done()
                 tx.flush()
             finally:

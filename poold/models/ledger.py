@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from poold.models.base import Base, UTCDateTime
@@ -75,7 +75,11 @@ class Lease(Base):
     __table_args__ = (
         Index("ix_leases_state_expires_at", "state", "expires_at"),
         Index("ix_leases_device_id_state", "device_id", "state"),
-        Index("uq_leases_host_id_idempotency_key", "host_id", "idempotency_key", unique=True),
+        # An idempotency key is its tenant's (admins' leases share the '' scope): another
+        # tenant can neither squat it nor learn that it exists.
+        Index("uq_leases_host_tenant_idempotency_key", "host_id", text("coalesce(tenant, '')"),
+              "idempotency_key", unique=True),
+        Index("ix_leases_host_id_ended_at", "host_id", "ended_at"),
         Index("ix_leases_tenant_state", "tenant", "state"),
     )
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from poold.client import PooldClient
 from poold.errors import Forbidden, QuotaExceeded, Unauthenticated, UnknownLease
+from poold.ledger.ledger import Ledger
 from poold.types import MiB
 from tests.daemon_fixtures import serve_process, serving_daemon
 
@@ -328,3 +330,45 @@ def _as_uid(uid: int, sock_path: str, request: str) -> str:
     head, _, body = reply.decode().partition("\r\n\r\n")
     assert head.startswith("HTTP/1.1 2"), head
     return body
+
+
+def test_unknown_token_ids_are_remembered_not_read_each_time(ledger: Ledger,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Once, each request with an unknown token id cost a ledger read (a flood of made-up ids
+    was a flood of reads, and timed apart from known ids); now both are answered from memory
+    after the first look, and the unknown ones kept are bounded."""
+    from starlette.requests import Request
+
+    from api import auth as auth_module
+    from api.auth import TokenAuthenticator
+    from poold.ledger import tenants as tenant_ledger
+    from poold.types import Role
+
+    _view, bearer = ledger.run(lambda tx: tenant_ledger.create_token(
+        tx, name="known", role=Role.ADMIN, tenant=None, actor="test"))
+    reads: list[object] = []
+    real_read = ledger.read
+
+    def counted(query: Any) -> Any:
+        reads.append(query)
+        return real_read(query)
+
+    monkeypatch.setattr(ledger, "read", counted)
+    authenticator = TokenAuthenticator(ledger, cache_s=60.0)
+
+    def ask(token: str) -> str:
+        scope = {"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]}
+        try:
+            return authenticator.authenticate(Request(scope)).name
+        except Unauthenticated as exc:
+            return exc.detail
+
+    unknown = "pd_" + "0" * 16 + "_" + "s" * 43
+    assert {ask(unknown) for _ in range(50)} == {"unknown credential"}
+    assert {ask(bearer) for _ in range(50)} == {"known"}
+    assert len(reads) == 2  # one look each
+    monkeypatch.setattr(auth_module, "UNKNOWN_TOKENS_KEPT", 8)
+    for i in range(20):
+        ask(f"pd_{i:016x}_" + "s" * 43)
+    assert len(authenticator._unknown) == 8

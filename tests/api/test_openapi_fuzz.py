@@ -37,12 +37,12 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     # their sysfs writes land in this copy.
     tree = extract("sysfs-d-hmem-subdivided", tmp_path / "tree") / "sys"
     daemon = Daemon(Settings(
-        state_dir=tmp_path, emulate_size=64 * MiB, emulate_dir=tmp_path, sysfs_root=tree,
+        state_dir=tmp_path, emulate_size=64 * MiB, sysfs_root=tree,
         watch_udev=False, host_id="fuzz-host", runtime_dir=tmp_path))
     try:
         yield daemon
     finally:
-        daemon.ledger.close()
+        daemon.close()
 
 
 def bearer(daemon: Daemon, role: str) -> str:

@@ -5,13 +5,14 @@ a reload, when the daemon is back; every page says clearly when it has nothing t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from poold.types import MiB
 from tests.browser.conftest import Served, log_in, logged_in, screenshot, serve
-from tests.daemon_fixtures import free_port
+from tests.daemon_fixtures import free_port, stop_keeper
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -29,7 +30,16 @@ def offline(page: Page) -> None:
 def test_the_page_says_the_daemon_stopped_and_recovers_when_it_is_back(
         page: Page, tmp_path_factory: pytest.TempPathFactory) -> None:
     state, port = tmp_path_factory.mktemp("restarted"), free_port()
-    with serve(tmp_path_factory, state=state, port=port) as served:
+    try:
+        _stop_and_come_back(page, tmp_path_factory, state, port)
+    finally:
+        stop_keeper(state)
+
+
+def _stop_and_come_back(page: Page, tmp_path_factory: pytest.TempPathFactory, state: Path,
+                        port: int) -> None:
+    # The lease's memory outlives the stop in the fd keeper, as it does outside systemd.
+    with serve(tmp_path_factory, state=state, port=port, fd_store="keeper") as served:
         lease = served.grant(4 * MiB, tenant="team-a")
         logged_in(page, served)
         page.goto(f"{served.url}/ui/#/leases")
@@ -45,7 +55,7 @@ def test_the_page_says_the_daemon_stopped_and_recovers_when_it_is_back(
     assert page.is_visible(f'tr[data-lease="{lease["id"]}"]')
     assert screenshot(page, "daemon-stopped.png").stat().st_size > 0
 
-    with serve(tmp_path_factory, state=state, port=port) as again:
+    with serve(tmp_path_factory, state=state, port=port, fd_store="keeper") as again:
         # Back on the same port, same ledger and credential: the same page catches up.
         page.wait_for_selector("#live.ok", timeout=5000)
         page.wait_for_selector("#banner", state="hidden", timeout=3000)
@@ -62,7 +72,7 @@ def test_the_page_says_the_daemon_stopped_and_recovers_when_it_is_back(
     assert "Could not load this page" in error.inner_text() and DOWN in error.inner_text()
     assert "It loads by itself once the daemon answers" in error.inner_text()
     # ...and loads by itself when the daemon is back.
-    with serve(tmp_path_factory, state=state, port=port) as again:
+    with serve(tmp_path_factory, state=state, port=port, fd_store="keeper") as again:
         page.wait_for_selector("#page-overview .card.pool", timeout=5000)
         assert not page.is_visible("#page-overview .error-state")
         assert not page.is_visible("#banner")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from poold.daemon import scrub
+from poold.ledger.views import ScrubJob
 from poold.types import MiB
 from tests.browser.conftest import Served, human, log_in, screenshot, serve
 
@@ -24,11 +25,12 @@ KINDS = ("leased", "scrubbing", "idle", "free", "draining")
 
 
 def hold_scrubs(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """The seam that holds the scrubber: its memset waits until the returned event is set, as
-    the zeroing of a large extent on a slow device would still be running. The lease stays
-    `scrubbing` in the ledger meanwhile, which is what the overview must show."""
+    """The seams that hold the scrubber: its memset (a devdax extent) and its emptying of a
+    lease's memfd (emulated) wait until the returned event is set, as the zeroing of a large
+    extent on a slow device would still be running. The lease stays `scrubbing` in the ledger
+    meanwhile, which is what the overview must show."""
     go = threading.Event()
-    real = scrub._memset
+    real, real_drop = scrub._memset, scrub.Scrubber._drop
 
     def held(size: int) -> Callable[[int, int, int], object]:
         zero = real(size)
@@ -38,7 +40,12 @@ def hold_scrubs(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
             return zero(address, value, count)
         return wait_then_zero
 
+    def wait_then_drop(self: scrub.Scrubber, job: ScrubJob) -> None:
+        go.wait(60)
+        real_drop(self, job)
+
     monkeypatch.setattr(scrub, "_memset", held)
+    monkeypatch.setattr(scrub.Scrubber, "_drop", wait_then_drop)
     return go
 
 

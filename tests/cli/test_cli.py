@@ -34,7 +34,7 @@ def daemon(tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch
     with the same config would."""
     monkeypatch.setenv("POOLD_STATE_DIR", str(tmp_path / "state"))
     port = free_port()
-    env = {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_HOST_ID": "cli-host"}
+    env = {**os.environ, "POOLD_HOST_ID": "cli-host"}
     log = tmp_path / "daemon.log"
     proc = subprocess.Popen(
         [*POOLD, "serve", "--state-dir", str(tmp_path / "state"), "--emulate", "256MiB",
@@ -82,12 +82,13 @@ def test_operator_walkthrough(daemon: tuple[str, str]) -> None:
     url, ledger_url = daemon
     lease = curl_grant(url, 64 * MiB)
     assert lease["length"] == 64 * MiB
-    fd = os.open(str(lease["chardev"]), os.O_RDWR)
+    # As the README maps it: map_path at map_offset (an emulated lease: the daemon's memfd).
+    fd = os.open(str(lease["map_path"]), os.O_RDWR)
     try:
-        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["offset"]))) as m:
+        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["map_offset"]))) as m:
             m[:11] = b"hello, pool"
             m.flush()
-        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["offset"]))) as m:
+        with mmap.mmap(fd, 64 * MiB, mmap.MAP_SHARED, offset=int(str(lease["map_offset"]))) as m:
             assert m[:11] == b"hello, pool"
     finally:
         os.close(fd)
@@ -166,4 +167,6 @@ def test_same_host_clients_use_the_unix_sockets(daemon: tuple[str, str], tmp_pat
             mapping.buffer[:4] = b"unix"
         # No token: the daemon knows the caller by its uid, and this test's user is an admin
         # by the default peer_admins (root) or as the daemon's own user.
-        assert client.events(lease_id=lease.id)[0].actor == f"admin:uid{os.geteuid()}"
+        released = next(e for e in client.events(lease_id=lease.id)
+                        if e.kind == "lease.released")
+        assert released.actor == f"admin:uid{os.geteuid()}"

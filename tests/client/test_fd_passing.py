@@ -27,7 +27,7 @@ NOBODY = 65534
 def daemon_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     state = tmp_path / "state"
     state.mkdir()
-    with serving_daemon(state, emulate_dir=state) as (_daemon, url):
+    with serving_daemon(state) as (_daemon, url):
         yield url, state
 
 
@@ -37,9 +37,9 @@ def test_map_through_a_passed_descriptor(daemon_dir: tuple[str, Path]) -> None:
             client.lease(4 * MiB) as lease, lease.map() as mapping:
         assert mapping.via == "fd"
         mapping.buffer[:6] = b"passed"
-        with open(lease.info.chardev, "rb") as device:
-            device.seek(lease.info.offset)
-            assert device.read(6) == b"passed"
+        assert lease.info.map_path is not None
+        with open(lease.info.map_path, "rb") as memory:
+            assert memory.read(6) == b"passed"
 
 
 def test_the_caller_is_named_by_its_credentials(daemon_dir: tuple[str, Path]) -> None:
@@ -69,20 +69,21 @@ def test_no_descriptor_without_the_lease(daemon_dir: tuple[str, Path]) -> None:
         assert "token" not in client.raw("GET", f"/v1/leases/{other.id}")
 
 
-def _map_as_nobody(fd_socket: str, lease_id: str, token: str, chardev: str,
+def _map_as_nobody(fd_socket: str, lease_id: str, token: str, map_path: str,
                    out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     os.setgid(NOBODY)
     os.setuid(NOBODY)
     try:
-        os.open(chardev, os.O_RDWR)
-        out.put("could open the device itself")
+        os.open(map_path, os.O_RDWR)
+        out.put("could open the lease's memory itself")
         return
     except PermissionError:
         pass
     from poold.client.mapping import Mapping
 
     passed = receive_fd(fd_socket, lease_id, token)
-    with Mapping(chardev, passed.offset, passed.length, passed.align, fd=passed.fd) as mapping:
+    with Mapping(map_path, passed.map_offset, passed.length, passed.align,
+                 fd=passed.fd) as mapping:
         mapping.buffer[:6] = b"nobody"
     os.close(passed.fd)
     out.put("mapped")
@@ -90,8 +91,8 @@ def _map_as_nobody(fd_socket: str, lease_id: str, token: str, chardev: str,
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
 def test_an_unprivileged_holder_maps_what_it_cannot_open(tmp_path: Path) -> None:
-    # The sockets live where anyone may reach them; the device file stays root's, mode 0600,
-    # in a directory only root may enter.
+    # The sockets live where anyone may reach them; the lease's memory is the daemon's memfd,
+    # which only root (or the daemon's user) may open by its path.
     sockets = Path(tempfile.mkdtemp(prefix="poold-fd-"))
     sockets.chmod(stat.S_IRWXU | stat.S_IXGRP | stat.S_IXOTH)
     try:
@@ -104,15 +105,13 @@ def test_an_unprivileged_holder_maps_what_it_cannot_open(tmp_path: Path) -> None
 def _holder_as_nobody(url: str, state: Path) -> None:
     with PooldClient(url) as client:
         granted = client.grant(2 * MiB)
-        device = Path(granted.chardev)
-        assert device.stat().st_mode & 0o777 == 0o600
+        assert granted.map_path is not None
         out: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()  # type: ignore[type-arg]
         child = multiprocessing.get_context("fork").Process(
             target=_map_as_nobody, args=(str(state / "fd.sock"), granted.id, granted.token,
-                                         granted.chardev, out))
+                                         granted.map_path, out))
         child.start()
         child.join(30)
         assert out.get(timeout=5) == "mapped"
-        with device.open("rb") as f:
-            f.seek(granted.offset)
-            assert f.read(6) == b"nobody"
+        with open(granted.map_path, "rb") as memory:
+            assert memory.read(6) == b"nobody"

@@ -33,18 +33,21 @@ def client(url: str) -> Iterator[PooldClient]:
         yield c
 
 
-def test_lease_maps_exactly_its_extent_and_bytes_reach_the_device(client: PooldClient) -> None:
+def test_lease_maps_exactly_its_memory_and_bytes_reach_it(client: PooldClient) -> None:
     with client.lease(2 * MiB) as first, client.lease(4 * MiB, ttl_s=5) as lease:
-        assert lease.info.offset == first.info.offset + 2 * MiB
+        assert lease.info.offset == first.info.offset + 2 * MiB  # the ledger's accounting
+        assert lease.info.kind == "emulated" and lease.info.map_offset == 0
+        assert lease.info.map_path != first.info.map_path  # a memory object each
         with lease.map() as mapping:
             assert len(mapping.buffer) == 4 * MiB
             mapping.buffer[:5] = b"hello"
             mapping.buffer[-3:] = b"end"
-        with open(lease.info.chardev, "rb") as device:
-            device.seek(lease.info.offset)
-            assert device.read(5) == b"hello"
-            device.seek(lease.info.offset + 4 * MiB - 3)
-            assert device.read(3) == b"end"
+        assert lease.info.map_path is not None
+        with open(lease.info.map_path, "rb") as memory:  # what root maps, as the README does
+            assert os.fstat(memory.fileno()).st_size == 4 * MiB
+            assert memory.read(5) == b"hello"
+            memory.seek(4 * MiB - 3)
+            assert memory.read(3) == b"end"
         assert client.pools()[0].leased_bytes == 6 * MiB
     assert client.pools()[0].leased_bytes == 0
     assert client.get_lease(lease.id).state in ("scrubbing", "released")  # the pool scrubs

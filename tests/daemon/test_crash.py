@@ -32,7 +32,7 @@ import pytest
 from poold import errors
 from poold.client.http import PooldClient
 from poold.types import MiB
-from tests.daemon_fixtures import free_port
+from tests.daemon_fixtures import free_port, stop_keeper
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,9 @@ class Daemon:
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "POOLD_EMULATE_DIR": str(tmp_path)}
+    # The keeper holds the leases' memory across the kills, as it does for any daemon outside
+    # systemd.
+    return {**os.environ, "POOLD_FD_STORE": "keeper"}
 
 
 def start_daemon(ledger: LedgerAt, tmp_path: Path, name: str) -> Daemon:
@@ -276,12 +278,14 @@ def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerAt:
 
 
 @pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    """Every daemon the test starts; all are SIGKILLed at teardown, whatever happened."""
+def daemons(ledger_at: LedgerAt) -> Iterator[list[Daemon]]:
+    """Every daemon the test starts; all are SIGKILLed at teardown, whatever happened, and so is
+    their fd keeper."""
     started: list[Daemon] = []
     yield started
     for daemon in started:
         daemon.kill()
+    stop_keeper(ledger_at.state_dir)
 
 
 def test_sigkill_during_churn_loses_no_acknowledged_operation(

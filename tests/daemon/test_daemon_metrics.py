@@ -26,7 +26,7 @@ from poold.types import LeaseState, MiB
 def settings(tmp_path: Path, ledger_url: str, **extra: object) -> Settings:
     base: dict[str, object] = {
         "state_dir": tmp_path / "state", "database_url": ledger_url, "host_id": "metrics-host",
-        "emulate_size": 64 * MiB, "emulate_dir": tmp_path, "discover_dax": False,
+        "emulate_size": 64 * MiB, "discover_dax": False,
         "watch_udev": False, "runtime_dir": tmp_path,
     }
     return Settings(**{**base, **extra})  # type: ignore[arg-type]
@@ -36,7 +36,7 @@ def settings(tmp_path: Path, ledger_url: str, **extra: object) -> Settings:
 def daemon(tmp_path: Path, ledger_url: str, clock: ManualClock) -> Iterator[Daemon]:
     daemon = Daemon(settings(tmp_path, ledger_url), clock=clock)
     yield daemon
-    daemon.ledger.close()
+    daemon.close()
 
 
 def sample(daemon: Daemon, name: str, **labels: str) -> float:
@@ -63,13 +63,13 @@ def two_hosts(tmp_path: Path, ledger_url: str, clock: ManualClock,
     """Hosts a and b on one ledger and one shared emulated device, one ledger clock; the pool
     scrubs on release or not."""
     shared: dict[str, object] = {
-        "emulate_path": tmp_path / "shared-emu0", "emulate_uid": "test:shared-emu0",
+        "emulate_uid": "test:shared-emu0",
         "unscrubbed_pools": ["default"] if request.param == "unscrubbed" else []}
     a = Daemon(settings(tmp_path / "a", ledger_url, host_id="host-a", **shared), clock=clock)
     b = Daemon(settings(tmp_path / "b", ledger_url, host_id="host-b", **shared), clock=clock)
     yield a, b
-    a.ledger.close()
-    b.ledger.close()
+    a.close()
+    b.close()
 
 
 def ended(daemon: Daemon, state_: LeaseState) -> list[LeaseState]:
@@ -105,12 +105,12 @@ def test_leases_lost_while_down_count_at_start(tmp_path: Path, ledger_url: str,
                                                clock: ManualClock) -> None:
     first = Daemon(settings(tmp_path, ledger_url), clock=clock)
     grant(first)
-    first.ledger.close()
+    first.close()
     second = Daemon(settings(tmp_path, ledger_url, emulate_size=None), clock=clock)
     try:
         assert sample(second, "poold_lease_reclaims_total", reason="lost") == 1
     finally:
-        second.ledger.close()
+        second.close()
 
 
 def test_leases_of_a_lost_host_count_on_the_host_that_adopts_them(
@@ -163,7 +163,7 @@ def test_a_fenced_hosts_own_leases_count_as_fenced(
         assert [state(daemon, lease) for lease in held] == ended(daemon, LeaseState.LOST) * 2
         assert reclaims(daemon) == {"lost": 0, "host_lost": 0, "fenced": 2, "expired": 0}
     finally:
-        daemon.ledger.close()
+        daemon.close()
 
 
 def test_failed_rescans_and_ledger_errors(daemon: Daemon,

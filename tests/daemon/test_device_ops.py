@@ -44,7 +44,7 @@ def daemon(tmp_path: Path, kernel: FakeKernel, ledger_url: str) -> Iterator[Daem
     ops.dax = DaxControl(kernel)  # the same tree, with writes answered as the kernel would
     daemon.app.state.auth = None  # everyone is an admin; test_admins_only puts tokens back on
     yield daemon
-    daemon.ledger.close()
+    daemon.close()
 
 
 @pytest.fixture

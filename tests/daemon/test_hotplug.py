@@ -62,7 +62,7 @@ def daemon(tmp_path: Path, machine: Machine, ledger_url: str) -> Iterator[Daemon
                         host_id="hotplug-host", sysfs_root=machine.root, watch_udev=False)
     daemon = Daemon(settings, monitor=FakeMonitor())
     yield daemon
-    daemon.ledger.close()
+    daemon.close()
 
 
 def wait_for_rescan(watcher: HotplugWatcher, done: int) -> None:
@@ -162,7 +162,7 @@ def test_devices_join_pools_by_rule(tmp_path: Path, machine: Machine) -> None:
     machine.show("sysfs-d-hmem-subdivided")
     settings = Settings(state_dir=tmp_path / "rules", host_id="rules-host",
                         sysfs_root=machine.root, watch_udev=False, emulate_size=4 * MiB,
-                        emulate_dir=tmp_path, device_pools={"dax0.[12]": "fast", "emu*": "demo"})
+                        device_pools={"dax0.[12]": "fast", "emu*": "demo"})
     daemon = Daemon(settings, monitor=FakeMonitor())
     try:
         placed = {d.devname: d.pool for d in daemon.ledger.read(reads.devices)}
@@ -170,4 +170,4 @@ def test_devices_join_pools_by_rule(tmp_path: Path, machine: Machine) -> None:
                           "emu0": "demo"}
         assert {p.name for p in daemon.ledger.read(reads.pools)} == {"default", "fast", "demo"}
     finally:
-        daemon.ledger.close()
+        daemon.close()

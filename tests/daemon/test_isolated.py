@@ -40,7 +40,7 @@ def daemon(tmp_path: Path, kernel: FakeKernel, ledger_url: str) -> Iterator[Daem
     assert isinstance(ops, DeviceOps) and isinstance(daemon.isolated, IsolatedLeases)
     ops.dax = DaxControl(kernel)  # the same tree, with writes answered as the kernel would
     yield daemon
-    daemon.ledger.close()
+    daemon.close()
 
 
 @pytest.fixture

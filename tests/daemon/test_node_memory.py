@@ -22,7 +22,7 @@ from poold.client.fdsocket import receive_fd
 from poold.daemon import Daemon, nodemem
 from poold.daemon.nodemem import node_memfd, page_nodes
 from poold.ledger import reads
-from poold.types import MiB
+from poold.types import DeviceKind, MiB
 from tests.daemon_fixtures import serving_daemon
 from tests.sysfs_trees import extract
 
@@ -138,13 +138,13 @@ def test_lease_on_system_ram_maps_node_memory(served: tuple[Daemon, PooldClient,
             assert bytes(second.buffer[:5]) == b"numa!"  # one memfd per lease, not per map
             assert bytes(first.buffer[-5:]) == b"again"
             assert _numa_pages(_address(first.buffer), 8 * MiB) == {0}
-        assert daemon.node_memory.leases() == {lease.id: 8 * MiB}
+        assert daemon.memory.leases(DeviceKind.SYSTEM_RAM) == {lease.id: 8 * MiB}
     # Ended: the daemon drops its memfd (after the lease's scrub, where the pool scrubs).
     assert _final(daemon, lease.id) == "released"
     deadline = time.monotonic() + 10
-    while daemon.node_memory.leases() and time.monotonic() < deadline:
+    while daemon.memory.leases(DeviceKind.SYSTEM_RAM) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert daemon.node_memory.leases() == {}
+    assert daemon.memory.leases(DeviceKind.SYSTEM_RAM) == {}
     usage = {p.name: p for p in client.pools()}["node"]
     assert usage.leased_bytes == 0 and usage.scrubbing_bytes == 0
 
@@ -168,7 +168,8 @@ def test_no_memfd_without_the_token(served: tuple[Daemon, PooldClient, str]) -> 
     other = client.grant(2 * MiB, pool="node")
     with pytest.raises(errors.NotLeaseHolder):
         receive_fd(sock, other.id, mine.token)
-    assert daemon.node_memory.leases() == {}  # nothing was made for a refused caller
+    # Nothing was made for a refused caller.
+    assert daemon.memory.leases(DeviceKind.SYSTEM_RAM) == {}
     passed = receive_fd(sock, mine.id, mine.token)
     try:
         assert (passed.kind, passed.map_offset, passed.offset) == ("system-ram", 0, mine.offset)
@@ -189,5 +190,5 @@ def test_a_full_node_is_refused_not_oom_killed(tmp_path: Path) -> None:
         lease = client.lease(8 * MiB, pool="node", keepalive=False)
         with pytest.raises(errors.NoCapacity, match="node 0 has 1048576 bytes free"):
             lease.map()
-        assert daemon.node_memory.leases() == {}
+        assert daemon.memory.leases(DeviceKind.SYSTEM_RAM) == {}
         lease.release()

@@ -1,11 +1,14 @@
 """A restart of the daemon keeps every lease: clients keep their mappings and keep renewing.
 
-`poold serve` runs as a process; a client leases with the SDK (keepalive in the background),
-maps the lease through the daemon's fd socket and writes to it. The daemon is stopped with
-SIGTERM and started again on the same state directory, runtime directory and port, as
-`systemctl restart poold` does, while the client holds its mapping. Long after the restart the
-lease is still active (renewed by the new daemon), the keepalive thread never called it lost,
-the bytes are intact, and the new daemon passes the same lease's descriptor again.
+`poold serve` runs as a process, outside systemd: the memory of its emulated leases (a memfd
+each) outlives it in the fd keeper it starts (poold.keeper). A client leases with the SDK
+(keepalive in the background), maps the lease through the daemon's fd socket and writes to it.
+The daemon is stopped with SIGTERM, or killed with SIGKILL, and started again on the same state
+directory, runtime directory and port, while the client holds its mapping. Long after the
+restart the lease is still active (renewed by the new daemon), the keepalive thread never called
+it lost, the bytes are intact, and the new daemon passes the same lease's memory again: what the
+old mapping writes, the new one reads. (Under systemd its file descriptor store does the
+keeper's job: tests/kernel/test_service.py restarts the unit.)
 
 Timing. A fresh `poold serve` needs about 5 s here before it answers (mostly imports); the SDK
 renews every TTL/3 and calls a lease lost only when the daemon stays unreachable until the
@@ -29,7 +32,7 @@ import pytest
 from poold.client import PooldClient
 from poold.client.lease import Lease
 from poold.types import MiB
-from tests.daemon_fixtures import free_port
+from tests.daemon_fixtures import free_port, stop_keeper
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +53,7 @@ class Serve:
 
     def start(self) -> None:
         self.starts += 1
-        env = {**os.environ, "POOLD_EMULATE_DIR": str(self.tmp_path),
+        env = {**os.environ, "POOLD_FD_STORE": "keeper",
                "POOLD_RUNTIME_DIR": str(self.tmp_path / "run"), "POOLD_WATCH_UDEV": "false",
                "POOLD_DISCOVER_DAX": "false"}
         stderr = (self.tmp_path / f"serve-{self.starts}.stderr").open("wb")
@@ -95,7 +98,8 @@ def wait_for_renewal(lease: Lease, timeout_s: float = TTL_S) -> None:
         time.sleep(0.02)
 
 
-def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path, how: str) -> None:
     serve = Serve(tmp_path, free_port())
     serve.start()
     fd_socket = str(tmp_path / "run" / "fd.sock")
@@ -112,7 +116,7 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
 
                 wait_for_renewal(lease)  # the whole TTL now covers the gap
                 stopped_at = time.monotonic()
-                serve.stop()
+                serve.stop() if how == "sigterm" else serve.kill()
                 serve.start()
                 restart_s = time.monotonic() - stopped_at
                 assert restart_s < TTL_S * 2 / 3, f"restart took {restart_s:.1f}s"
@@ -126,8 +130,10 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
                 assert (now.offset, now.length, now.generation) == \
                     (granted.offset, granted.length, granted.generation)
                 assert bytes(mapping.buffer) == pattern
-                with lease.map() as again:  # the new daemon hands out the same extent
-                    assert bytes(again.buffer[:4096]) == pattern[:4096]
+                with lease.map() as again:  # the new daemon hands out the same memory
+                    assert bytes(again.buffer) == pattern
+                    mapping.buffer[:5] = b"after"
+                    assert bytes(again.buffer[:5]) == b"after"
             renewals = [e for e in client.events(lease_id=lease.id)
                         if e.kind == "lease.renewed" and e.at > granted.granted_at]
             kinds = {e.kind for e in client.events(lease_id=lease.id)}
@@ -140,3 +146,4 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path) -> None:
         assert "daemon.stopped" in serve.stderr()
     finally:
         serve.kill()
+        stop_keeper(tmp_path / "state")

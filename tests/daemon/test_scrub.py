@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from poold.client import PooldClient
-from poold.daemon import scrub
+from poold.daemon import Daemon, scrub
 from poold.errors import NoCapacity
-from poold.types import MiB
+from poold.inventory import DeviceSpec
+from poold.types import DeviceKind, MiB
 from tests.daemon_fixtures import serving_daemon
 
 SIZE = 64 * MiB
@@ -85,9 +86,10 @@ def test_cli_release_waits_for_the_scrub_with_progress(tmp_path: Path) -> None:
 
 def test_metrics_show_a_large_scrub_under_way(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 192 MiB extent is zeroed in three 64 MiB chunks; the scrubber is held before its last
-    (at the memset seam) so a scrape lands mid-scrub: the extent counts as scrubbing in its pool
-    and device, and the bytes still to zero are what is left."""
+    """A 192 MiB extent of a devdax device is zeroed in three 64 MiB chunks; the scrubber is
+    held before its last (at the memset seam) so a scrape lands mid-scrub: the extent counts as
+    scrubbing in its pool and device, and the bytes still to zero are what is left. (The device
+    is a tmpfs file standing in for a chardev: the scrubber maps it the same way.)"""
     large = 3 * scrub.CHUNK
     before_last, go_on = threading.Event(), threading.Event()
     chunks: list[int] = []
@@ -103,8 +105,38 @@ def test_metrics_show_a_large_scrub_under_way(tmp_path: Path,
         return zero
 
     monkeypatch.setattr(scrub, "_memset", held)
-    with serving_daemon(tmp_path, emulate_size=large) as (_daemon, url), PooldClient(url) as client:
+    backing = _chardev_file(tmp_path, large)
+    try:
+        during, after = _scrub_held(tmp_path, monkeypatch, backing, before_last, go_on)
+        assert backing.read_bytes() == bytes(large)
+    finally:
+        backing.unlink()
+    device = ('poold_device_bytes{device="filedax0",host="test-host",pool="default",'
+              'state="scrubbing"}')
+    assert during['poold_pool_bytes{pool="default",state="scrubbing"}'] == large
+    assert during[device] == large
+    assert during['poold_pool_bytes{pool="default",state="available"}'] == 0
+    assert during["poold_scrub_remaining_bytes"] == scrub.CHUNK
+    assert during["poold_scrubbed_bytes_total"] == 2 * scrub.CHUNK
+    assert after['poold_pool_bytes{pool="default",state="scrubbing"}'] == 0
+    assert after[device] == 0
+    assert after["poold_scrub_remaining_bytes"] == 0
+    assert after["poold_scrubbed_bytes_total"] == large
+    assert chunks == [scrub.CHUNK] * 3
+
+
+def _scrub_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backing: Path,
+                before_last: threading.Event, go_on: threading.Event
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Grant all of the device, fill it, release it; scrape while the scrub is held and after
+    it finished."""
+    large = backing.stat().st_size
+    with serving_daemon(tmp_path / "state", emulate_size=None) as (daemon, url), \
+            PooldClient(url) as client:
+        _add_devdax(daemon, monkeypatch, backing, large)
         lease = client.grant(large, ttl_s=60)
+        assert lease.device == "filedax0"
+        backing.write_bytes(b"\xa5" * large)
         assert client.release(lease.id).state == "scrubbing"
         assert before_last.wait(30), "the scrubber never started"
         try:
@@ -116,15 +148,22 @@ def test_metrics_show_a_large_scrub_under_way(tmp_path: Path,
         while client.get_lease(lease.id).state == "scrubbing":
             assert time.monotonic() < deadline, "the scrub never finished"
             time.sleep(0.05)
-        after = scrape(url)
-    device = 'poold_device_bytes{device="emu0",host="test-host",pool="default",state="scrubbing"}'
-    assert during['poold_pool_bytes{pool="default",state="scrubbing"}'] == large
-    assert during[device] == large
-    assert during['poold_pool_bytes{pool="default",state="available"}'] == 0
-    assert during["poold_scrub_remaining_bytes"] == scrub.CHUNK
-    assert during["poold_scrubbed_bytes_total"] == 2 * scrub.CHUNK
-    assert after['poold_pool_bytes{pool="default",state="scrubbing"}'] == 0
-    assert after[device] == 0
-    assert after["poold_scrub_remaining_bytes"] == 0
-    assert after["poold_scrubbed_bytes_total"] == large
-    assert chunks == [scrub.CHUNK] * 3
+        return during, scrape(url)
+
+
+def _chardev_file(tmp_path: Path, size: int) -> Path:
+    shm = Path("/dev/shm")
+    path = (shm if shm.is_dir() else tmp_path) / f"poold-test-{tmp_path.name}-dax"
+    path.write_bytes(b"")
+    os.truncate(path, size)
+    return path
+
+
+def _add_devdax(daemon: Daemon, monkeypatch: pytest.MonkeyPatch, path: Path,
+                size: int) -> None:
+    """A devdax device whose chardev is `path`, found by the daemon's discovery from now on."""
+    spec = DeviceSpec(uid=f"test:{path}", kind=DeviceKind.DEVDAX, devname="filedax0",
+                      chardev=str(path), size=size, align=2 * MiB, host_local=True)
+    found = daemon.discover
+    monkeypatch.setattr(daemon, "discover", lambda: [*found(), spec])
+    daemon.rescan()

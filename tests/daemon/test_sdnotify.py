@@ -157,7 +157,7 @@ def test_serve_notifies_ready_watchdog_and_stopping(tmp_path: Path, systemd: Fak
     port = free_port()
     state, runtime = tmp_path / "state", tmp_path / "run"
     env = {**os.environ, "NOTIFY_SOCKET": systemd.address, "WATCHDOG_USEC": str(WATCHDOG_USEC),
-           "POOLD_EMULATE_DIR": str(tmp_path), "POOLD_RUNTIME_DIR": str(runtime),
+           "POOLD_RUNTIME_DIR": str(runtime),
            "POOLD_WATCH_UDEV": "false"}
     env.pop("WATCHDOG_PID", None)
     with (tmp_path / "stderr").open("wb") as stderr:

@@ -41,7 +41,7 @@ def hosts(tmp_path: Path, tree: Path, ledger_url: str, shared: list[str]
                 state_dir=tmp_path / name, database_url=ledger_url, host_id=name,
                 sysfs_root=tree, watch_udev=False, shared_devices=shared,
                 unscrubbed_pools=["default"], claim_slice=32 * MiB))
-            stack.callback(daemon.ledger.close)
+            stack.callback(daemon.close)
             daemons.append(daemon)
         yield daemons
 

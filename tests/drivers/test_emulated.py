@@ -1,49 +1,111 @@
-"""The emulated device's backing file and where it is put."""
+"""The emulated device (capacity only) and the memfds its leases are made of: sealed against any
+size change, emptied on demand, on huge pages when the pool has room (real memfds; the huge page
+pool is given pages for the test where this process may)."""
 
 from __future__ import annotations
 
+import errno
+import mmap
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from drivers import DriverFailure
-from drivers.emulated import ensure_emulated_device, hugetlbfs_with_room
+from drivers.emulated import emulated_device
+from drivers.memfd import emulated_memfd, huge_page_room, punch
 
 MiB = 2**20
-MEMINFO = "MemTotal: 100 kB\nHugePages_Free:      {free}\nHugepagesize:       2048 kB\n"
+MEMINFO = ("MemTotal: 100 kB\nHugePages_Free:      {free}\nHugePages_Rsvd:      {rsvd}\n"
+           "Hugepagesize:       2048 kB\n")
+NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
 
 
-def test_creates_grows_and_keeps_contents(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "emu0"
-    device = ensure_emulated_device("emu0", path, 4 * MiB, 2 * MiB)
-    assert device.size == 4 * MiB and path.stat().st_size == 4 * MiB
-    with path.open("r+b") as f:
-        f.write(b"keep me")
-    grown = ensure_emulated_device("emu0", path, 8 * MiB, 2 * MiB)
-    assert grown.size == 8 * MiB and path.read_bytes()[:7] == b"keep me"
-    # Never shrunk under possible live leases: reported at its real size.
-    assert ensure_emulated_device("emu0", path, 2 * MiB, 2 * MiB).size == 8 * MiB
+def test_the_device_is_capacity_named_by_its_daemon_state() -> None:
+    device = emulated_device("emu0", "/var/lib/poold", 64 * MiB, 2 * MiB)
+    assert (device.size, device.align, device.chardev) == (64 * MiB, 2 * MiB, "memfd:emu0")
 
 
-@pytest.mark.parametrize("size", [0, -2 * MiB, 3 * MiB])
-def test_bad_sizes_name_the_path(tmp_path: Path, size: int) -> None:
-    with pytest.raises(DriverFailure, match=str(tmp_path)):
-        ensure_emulated_device("emu0", tmp_path / "emu0", size, 2 * MiB)
+@pytest.mark.parametrize(("size", "align"), [(0, 2 * MiB), (-2 * MiB, 2 * MiB),
+                                             (3 * MiB, 2 * MiB), (4 * MiB, 3 * MiB)])
+def test_bad_sizes_name_the_device(size: int, align: int) -> None:
+    with pytest.raises(DriverFailure, match="/state"):
+        emulated_device("emu0", "/state", size, align)
 
 
-def test_unwritable_location_is_a_driver_failure(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    with pytest.raises(DriverFailure, match="cannot prepare"):
-        ensure_emulated_device("emu0", blocker / "emu0", 2 * MiB, 2 * MiB)
+def test_a_lease_memfd_cannot_be_resized_by_anyone() -> None:
+    fd, huge = emulated_memfd("poold-test", 4 * MiB, huge=False)
+    try:
+        assert not huge and os.fstat(fd).st_size == 4 * MiB
+        for size in (0, 2 * MiB, 8 * MiB, 1 << 40):
+            with pytest.raises(OSError) as refused:
+                os.ftruncate(fd, size)
+            assert refused.value.errno == errno.EPERM
+        # Nor through a descriptor of its own (what root opens by /proc/<pid>/fd/<n>).
+        again = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
+        try:
+            with pytest.raises(OSError) as refused:
+                os.ftruncate(again, 0)
+            assert refused.value.errno == errno.EPERM
+        finally:
+            os.close(again)
+        assert os.fstat(fd).st_size == 4 * MiB
+    finally:
+        os.close(fd)
 
 
-def test_hugetlbfs_is_chosen_only_with_enough_free_pages(tmp_path: Path) -> None:
-    mounts = f"hugetlbfs {tmp_path} hugetlbfs rw,relatime,pagesize=2M 0 0\n"
-    assert hugetlbfs_with_room(64 * MiB, mounts, MEMINFO.format(free=32)) == tmp_path
-    assert hugetlbfs_with_room(66 * MiB, mounts, MEMINFO.format(free=32)) is None
-    assert hugetlbfs_with_room(2 * MiB, "tmpfs /dev/shm tmpfs rw 0 0\n",
-                               MEMINFO.format(free=32)) is None
-    other = f"hugetlbfs {tmp_path} hugetlbfs rw,pagesize=1024M 0 0\n"
-    assert hugetlbfs_with_room(2 * MiB, other, MEMINFO.format(free=32)) is None
-    assert hugetlbfs_with_room(2 * MiB, mounts, "garbage") is None
+def test_punch_empties_it_under_every_mapping() -> None:
+    fd, _huge = emulated_memfd("poold-test", 4 * MiB, huge=False)
+    try:
+        with mmap.mmap(fd, 4 * MiB) as view:
+            view[:] = b"\xa5" * (4 * MiB)
+            punch(fd, 4 * MiB)
+            assert view[:] == bytes(4 * MiB)  # the mapping lost the pages at once
+            assert os.fstat(fd).st_size == 4 * MiB
+    finally:
+        os.close(fd)
+
+
+def test_huge_page_room_counts_free_unreserved_whole_pages(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(MEMINFO.format(free=32, rsvd=0))
+    assert huge_page_room(64 * MiB, meminfo)
+    assert not huge_page_room(66 * MiB, meminfo)
+    assert not huge_page_room(3 * MiB, meminfo)  # not whole pages
+    meminfo.write_text(MEMINFO.format(free=32, rsvd=8))
+    assert not huge_page_room(64 * MiB, meminfo) and huge_page_room(48 * MiB, meminfo)
+    meminfo.write_text("garbage")
+    assert not huge_page_room(2 * MiB, meminfo)
+
+
+@pytest.fixture
+def huge_pages() -> Iterator[int]:
+    """Eight 2 MiB huge pages in the pool for the test (root), given back after."""
+    try:
+        before = int(NR_HUGEPAGES.read_text())
+        NR_HUGEPAGES.write_text(str(before + 8))
+    except (OSError, ValueError):
+        pytest.skip("cannot size the huge page pool here (needs root)")
+    try:
+        yield before
+    finally:
+        NR_HUGEPAGES.write_text(str(before))
+
+
+def test_on_huge_pages_the_whole_memfd_is_reserved_at_once(huge_pages: int) -> None:
+    del huge_pages
+    assert huge_page_room(16 * MiB)
+    fd, huge = emulated_memfd("poold-test", 16 * MiB, huge=True)
+    try:
+        assert huge and os.fstat(fd).st_blksize == 2 * MiB
+        # Reserved for the file: a second one that would need them is refused up front, not
+        # left to fault later.
+        assert not huge_page_room(2 * MiB)
+        second, second_huge = emulated_memfd("poold-test", 2 * MiB, huge=True)
+        os.close(second)
+        assert not second_huge  # no room: shmem instead
+        with pytest.raises(OSError):
+            os.ftruncate(fd, 0)  # sealed here too
+    finally:
+        os.close(fd)

@@ -11,12 +11,14 @@ the unit's sandbox (service_checks.sh drives it; this module judges):
 - an unprivileged user (nobody) with that tenant token leases over /run/poold/api.sock and maps
   through /run/poold/fd.sock: the system-ram device (a memfd the daemon bound to its node with
   mbind, under SystemCallFilter), a dax device created at run time, and the emulated device
-  (0600 in /dev/shm), which it holds with the SDK's keepalive through what follows;
+  (each lease a sealed memfd of the daemon's), which it holds with the SDK's keepalive through
+  what follows;
 - `systemctl restart poold` (taking a drop-in that shortens WatchdogSec) keeps that lease: the
   new daemon renews it;
 - a daemon that stops answering (SIGSTOP) is killed by the watchdog and restarted by systemd;
   the lease survives that too: renewed again, its bytes intact in the first mapping and in a
-  descriptor the last daemon passes again.
+  descriptor the last daemon passes again. The lease's memfd lived on in systemd's file
+  descriptor store (FileDescriptorStoreMax= in the unit): a new memfd would read zeros.
 
 One boot runs it all: a boot costs a quarter to half a minute under TCG, each daemon start
 about as much. A failure's message points at the guest's files: `journalctl -u poold`, the
@@ -168,7 +170,9 @@ def check_unprivileged_leases(result: qemu.GuestResult, why: str) -> None:
     assert ram["final"] == dax["final"] == "released"
     (mapped,) = [r for r in held if r["event"] == "mapped"]
     assert mapped["via"] == "fd" and mapped["lease"]["ttl_s"] == TTL_S
-    assert mapped["lease"]["chardev"].startswith("/dev/shm/poold-")  # 0600 root: only by fd
+    # Its memory is a memfd of the daemon's, reached by fd.sock (root alone opens its path).
+    assert mapped["lease"]["chardev"] == "memfd:emu0"
+    assert mapped["lease"]["map_path"].startswith("/proc/")
 
 
 def check_restarts(result: qemu.GuestResult, why: str) -> None:

@@ -23,7 +23,7 @@ def daemon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # Unscrubbed: the lease-loss tests read a lost lease's bytes afterwards, to prove the store
     # never wrote them again; zeroing would erase that evidence (tests/daemon/test_scrub.py
     # covers scrubbing).
-    with serving_daemon(path, emulate_size=DEVICE_BYTES, emulate_dir=path,
+    with serving_daemon(path, emulate_size=DEVICE_BYTES,
                         unscrubbed_pools=["default"]) as (_daemon, url):
         yield url
 

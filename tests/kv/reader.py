@@ -12,12 +12,12 @@ from multiprocessing.connection import Connection
 
 
 def read_published_blocks(conn: Connection) -> None:
-    """Receive [(chardev, lease_offset, lease_length, align, [slot_offset...])] and a block
+    """Receive [(map_path, map_offset, lease_length, align, [slot_offset...])] and a block
     size; send back each block's bytes, read through this process's own mapping."""
     extents, block_size = conn.recv()
     found: list[bytes] = []
-    for chardev, offset, length, _align, slots in extents:
-        fd = os.open(chardev, os.O_RDONLY)
+    for path, offset, length, _align, slots in extents:
+        fd = os.open(path, os.O_RDONLY)
         try:
             with mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ,
                            offset=offset) as mapping:

@@ -1,5 +1,9 @@
 """A lease revoked or lost under the store: the store stops using it, reports it, and never
-writes into its memory again; a lease lost in the middle of a copy indexes nothing."""
+writes into its memory again; a lease lost in the middle of a copy indexes nothing.
+
+A revoked emulated lease's memory is a memfd the daemon empties and closes; the tests keep a
+descriptor of it of their own (opened by its map_path before the revocation), see it emptied,
+and see that whatever the store does next puts nothing there."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from poold.client import PooldClient
 from poold.kv import KVStore
 from poold.kv.copies import CHECK_EVERY
 from poold.kv.leases import LeaseSlab
+from poold.kv.stats import BlockLocation
 from poold.types import KiB, MiB
 from tests.kv.conftest import block, make_blocks, make_keys
 
@@ -20,12 +25,29 @@ LEASE = 2 * MiB
 PER_LEASE = LEASE // BS
 
 
-def read_extent(chardev: str, offset: int, length: int) -> bytes:
-    fd = os.open(chardev, os.O_RDONLY)
+def read_extent(path: str | None, offset: int, length: int) -> bytes:
+    assert path is not None
+    fd = os.open(path, os.O_RDONLY)
     try:
         return os.pread(fd, length, offset)
     finally:
         os.close(fd)
+
+
+def hold_memory(location: BlockLocation) -> int:
+    """A descriptor of the lease's memory of our own, that outlives the daemon's."""
+    assert location.map_path is not None
+    return os.open(location.map_path, os.O_RDONLY)
+
+
+def emptied(client: PooldClient, fd: int, lease_id: str) -> bytes:
+    """Once the daemon let go of the ended lease's memory (it no longer reports a map_path),
+    what our descriptor of it reads: all zeros, the memfd emptied."""
+    deadline = time.monotonic() + 10
+    while client.get_lease(lease_id).map_path is not None:
+        assert time.monotonic() < deadline, "the daemon kept the ended lease's memory"
+        time.sleep(0.02)
+    return os.pread(fd, LEASE, 0)
 
 
 def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
@@ -35,6 +57,8 @@ def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
         assert all(store.put_many(keys, data))
         doomed = store.locate(keys[0])
         assert doomed is not None
+        held = hold_memory(doomed)
+        assert os.pread(held, BS, doomed.map_offset + doomed.slot_offset) == block(data, 0, BS)
 
         client.raw("POST", f"/v1/leases/{doomed.lease_id}/revoke")
         deadline = time.monotonic() + 10
@@ -50,17 +74,17 @@ def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
         assert store.get_many(keys[PER_LEASE:]) == [block(data, i, BS)
                                                     for i in range(PER_LEASE, len(keys))]
 
-        # Hold the freed extent ourselves so the store's next lease lands elsewhere, then
-        # check that nothing the store does afterwards changes a byte of it.
-        with client.lease(LEASE) as squatter:
-            assert squatter.info.offset == doomed.lease_offset
-            before = read_extent(doomed.chardev, doomed.lease_offset, LEASE)
-            assert before[:BS] == block(data, 0, BS)
+        # The daemon emptied the revoked lease's memory; nothing the store does afterwards
+        # puts a byte there again.
+        try:
+            assert emptied(client, held, doomed.lease_id) == bytes(LEASE)
             more, more_data = make_keys(PER_LEASE, tag=1), make_blocks(PER_LEASE, BS, seed=1)
             assert all(store.put_many(more, more_data))  # a fresh lease, within the budget
             assert store.stats().leases_granted == 3 and store.stats().leases == 2
             assert store.get_many(more) == [block(more_data, i, BS) for i in range(PER_LEASE)]
-            assert read_extent(doomed.chardev, doomed.lease_offset, LEASE) == before
+            assert os.pread(held, LEASE, 0) == bytes(LEASE)
+        finally:
+            os.close(held)
 
 
 def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
@@ -71,7 +95,7 @@ def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
         store.put_many(first, make_blocks(1, bs))  # the lease exists before the race
         where = store.locate(first[0])
         assert where is not None
-        before = read_extent(where.chardev, where.lease_offset, LEASE)
+        before = read_extent(where.map_path, where.map_offset, LEASE)
 
         original = LeaseSlab.buffer
 
@@ -85,7 +109,7 @@ def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
         assert store.put_many(keys, data) == [False] * 100
         monkeypatch.undo()
 
-        after = read_extent(where.chardev, where.lease_offset, LEASE)
+        after = read_extent(where.map_path, where.map_offset, LEASE)
         # The copy that had started before the flip finishes its run of CHECK_EVERY blocks
         # (slots 1..64; the window no client can close); nothing past it was written.
         written_to = (1 + CHECK_EVERY) * bs
@@ -134,16 +158,18 @@ def test_single_puts_after_a_revocation_never_touch_the_revoked_extent(
         doomed = store.locate(keys[0])
         assert doomed is not None
         assert store.discard(keys[:4]) == 4  # free slots in the doomed lease
+        held = hold_memory(doomed)
         client.raw("POST", f"/v1/leases/{doomed.lease_id}/revoke")
         deadline = time.monotonic() + 10
         while not store.lost_leases():
             assert time.monotonic() < deadline, "the store never noticed the revocation"
             time.sleep(0.05)
-        with client.lease(LEASE) as squatter:
-            assert squatter.info.offset == doomed.lease_offset
-            before = read_extent(doomed.chardev, doomed.lease_offset, LEASE)
+        try:
+            assert emptied(client, held, doomed.lease_id) == bytes(LEASE)
             more, more_data = make_keys(8, tag=2), make_blocks(8, BS, seed=2)
             assert all(store.put(k, more_data[i * BS:(i + 1) * BS])
                        for i, k in enumerate(more))
-            assert read_extent(doomed.chardev, doomed.lease_offset, LEASE) == before
+            assert os.pread(held, LEASE, 0) == bytes(LEASE)
             assert store.get_many(more) == [block(more_data, i, BS) for i in range(8)]
+        finally:
+            os.close(held)

@@ -67,9 +67,10 @@ def test_gets_can_be_zero_copy_views_of_the_lease(store: KVStore) -> None:
     assert view.readonly and not array.flags.writeable and bytes(view) == data
     where = store.locate(key)
     assert where is not None
-    fd = os.open(where.chardev, os.O_RDWR)
-    try:  # write through the device file: the views show it, so they are the lease's memory
-        os.pwrite(fd, b"\x01\x02\x03", where.lease_offset + where.slot_offset)
+    fd = os.open(where.map_path, os.O_RDWR)
+    # Written by the lease's map_path: the views show it, so they are the lease's memory.
+    try:
+        os.pwrite(fd, b"\x01\x02\x03", where.map_offset + where.slot_offset)
     finally:
         os.close(fd)
     assert bytes(view[:3]) == b"\x01\x02\x03" and array[:3].tolist() == [1, 2, 3]

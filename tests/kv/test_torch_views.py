@@ -32,9 +32,10 @@ def test_tensors_are_zero_copy_views_of_the_lease(store: KVStore) -> None:
     assert bytes(tensor.numpy()) == block(data, 1, BS)
     where = store.locate(keys[1])
     assert where is not None
-    fd = os.open(where.chardev, os.O_RDWR)
-    try:  # write through the device file: the tensor shows it, so it is the lease's memory
-        os.pwrite(fd, b"\x01\x02\x03", where.lease_offset + where.slot_offset)
+    fd = os.open(where.map_path, os.O_RDWR)
+    # Written by the lease's map_path: the tensor shows it, so it is the lease's memory.
+    try:
+        os.pwrite(fd, b"\x01\x02\x03", where.map_offset + where.slot_offset)
     finally:
         os.close(fd)
     assert tensor[:3].tolist() == [1, 2, 3]

@@ -23,7 +23,7 @@ def test_a_second_process_reads_identical_bytes(client: PooldClient) -> None:
         for i, key in enumerate(keys):
             where = store.locate(key)
             assert where is not None
-            extent = (where.chardev, where.lease_offset, where.lease_length, where.align)
+            extent = (where.map_path, where.map_offset, where.lease_length, where.align)
             extents[extent].append((where.slot_offset, i))
         assert len(extents) == 2
 

@@ -149,6 +149,41 @@ def test_a_crashing_command_fails_alone_and_the_space_is_rebuilt(ledger: Ledger)
     assert_clean(ledger)
 
 
+def data_refused_grant(tx: Tx) -> None:
+    """Writes (ledger rows and in-memory space), then sends the database a value it refuses for
+    its data (SQLSTATE class 22: an integer out of range), as a command with bad input would."""
+    leases.grant(tx, GrantRequest(size=8 * MiB, actor="bad-data"))
+    tx.conn.execute(text("SELECT CAST(:big AS INTEGER) + 1"), {"big": 2**40}).all()
+    if tx.conn.dialect.name == "sqlite":  # SQLite stores any integer: refuse it as PostgreSQL
+        from sqlalchemy.exc import DataError
+
+        raise DataError("SELECT", {}, ValueError("integer out of range"))
+
+
+def test_a_data_error_fails_its_command_alone_and_keeps_the_connection(
+        ledger: Ledger, caplog: pytest.LogCaptureFixture) -> None:
+    """Once, a NUL byte in one keepalive's id made the writer drop its connection and replay its
+    batch one command at a time: eight such clients cut everyone else's rate by three quarters."""
+    commits = count_commits(ledger)
+    with writer_held(ledger):
+        connection = ledger.writer._conn
+        before = ledger.submit(grant_command(8 * MiB))
+        bad = ledger.submit(data_refused_grant)
+        after = ledger.submit(grant_command(8 * MiB))
+    granted = {before.result(30).id, after.result(30).id}
+    with pytest.raises(errors.InvalidRequest, match="cannot store this request's data"):
+        bad.result(30)
+    assert live_lease_ids(ledger) == granted
+    assert ledger.writer._conn is connection  # not reconnected
+    assert len(commits) == 2  # the holder's batch, then the other two together: no replay
+    assert "ledger.batch_failed" not in caplog.text
+    for _ in range(24):  # the space holds exactly the 16 MiB leased
+        ledger.run(grant_command())
+    with pytest.raises(errors.NoCapacity):
+        ledger.run(grant_command())
+    assert_clean(ledger)
+
+
 def test_a_cancelled_future_does_not_break_the_writer(ledger: Ledger) -> None:
     with writer_held(ledger):
         abandoned = ledger.submit(grant_command())

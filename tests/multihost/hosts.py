@@ -1,5 +1,7 @@
-"""Several `poold serve` processes, each its own host id, sharing one emulated device (one file)
-through one PostgreSQL ledger; helpers to lease from them and check bytes in the shared file."""
+"""Several `poold serve` processes, each its own host id, sharing one emulated device (one ledger
+device, its capacity arbitrated by claims) through one PostgreSQL ledger; helpers to lease from
+them and check the bytes of leases (each lease's memory is its granting daemon's memfd, which
+root opens by the lease's map_path)."""
 
 from __future__ import annotations
 
@@ -55,10 +57,10 @@ class Host:
                 self.kill()
 
 
-def start_hosts(tmp_path: Path, database_urls: list[str], shared_file: Path, size: str,
+def start_hosts(tmp_path: Path, database_urls: list[str], size: str,
                 env: dict[str, str]) -> list[Host]:
-    """One `poold serve` per URL (host-0, host-1, ...), all mapping `shared_file` as one ledger
-    device; returned once every one answers /healthz."""
+    """One `poold serve` per URL (host-0, host-1, ...), all naming one shared emulated device;
+    returned once every one answers /healthz."""
     hosts = []
     for i, url in enumerate(database_urls):
         host_id, port = f"host-{i}", free_port()
@@ -70,8 +72,7 @@ def start_hosts(tmp_path: Path, database_urls: list[str], shared_file: Path, siz
                  "--database-url", url, "--emulate", size, "--listen", f"127.0.0.1:{port}",
                  "--host-id", host_id],
                 stdout=subprocess.DEVNULL, stderr=stderr,
-                env={**os.environ, "POOLD_EMULATE_PATH": str(shared_file),
-                     "POOLD_EMULATE_UID": SHARED_UID, "POOLD_WATCH_UDEV": "false",
+                env={**os.environ, "POOLD_EMULATE_UID": SHARED_UID, "POOLD_WATCH_UDEV": "false",
                      "POOLD_DISCOVER_DAX": "false", **env})
         hosts.append(Host(host_id, process, f"http://127.0.0.1:{port}", state_dir, stderr_path))
         if i == 0:
@@ -103,19 +104,24 @@ def pattern(lease_id: str, length: int) -> bytes:
     return unit * (length // len(unit))
 
 
-def write_pattern(path: Path, lease: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_RDWR)
+def write_pattern(lease: dict[str, Any]) -> None:
+    fd = os.open(lease["map_path"], os.O_RDWR)
     try:
-        os.pwrite(fd, pattern(lease["id"], lease["length"]), lease["offset"])
+        os.pwrite(fd, pattern(lease["id"], lease["length"]), lease["map_offset"])
     finally:
         os.close(fd)
 
 
-def pattern_intact(path: Path, lease: dict[str, Any]) -> bool:
-    fd = os.open(path, os.O_RDONLY)
+def pattern_intact(lease: dict[str, Any]) -> bool:
+    """The lease's memory still holds its holder's pattern (a live lease whose memory was taken
+    or emptied would not)."""
     try:
-        return os.pread(fd, lease["length"], lease["offset"]) == pattern(lease["id"],
-                                                                         lease["length"])
+        fd = os.open(lease["map_path"], os.O_RDONLY)
+    except FileNotFoundError:  # its daemon let go of the memory: not intact
+        return False
+    try:
+        return os.pread(fd, lease["length"], lease["map_offset"]) == pattern(lease["id"],
+                                                                             lease["length"])
     finally:
         os.close(fd)
 

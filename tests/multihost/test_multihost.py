@@ -1,11 +1,11 @@
-"""Several `poold serve` processes (host-0, host-1, host-2) share one emulated device, one file
-mapped by all, through the real PostgreSQL: churn with no overlap, a SIGKILLed host's capacity
-back after host_ttl + grace and not before, a host cut off from the database by a proxy fenced
-before the others may use its bytes, and the database dropping every connection during churn
-(test_pg_restart.py restarts the real server).
+"""Several `poold serve` processes (host-0, host-1, host-2) share one emulated device (one ledger
+device, arbitrated by claims) through the real PostgreSQL: churn with no overlap (fsck), a
+SIGKILLed host's capacity back after host_ttl + grace and not before, a host cut off from the
+database by a proxy fenced before the others may use its bytes, and the database dropping every
+connection during churn (test_pg_restart.py restarts the real server).
 
-Each holder writes its lease id over its whole extent and reads it back before releasing it, so
-two holders of one byte, or a scrub of a live lease, would show as a broken pattern.
+Each holder writes its lease id over its whole lease and reads it back before releasing it, so
+a live lease whose memory was emptied or taken would show as a broken pattern.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ class Churn:
     """Clients granting, writing, checking and releasing on several hosts; records what each
     was told."""
 
-    def __init__(self, shared_file: Path) -> None:
-        self.file = shared_file
+    def __init__(self) -> None:
         self.held: dict[str, tuple[Host, dict[str, Any]]] = {}
         self.released: dict[str, Host] = {}
         self.errors: list[str] = []
@@ -97,7 +96,7 @@ class Churn:
                     response = host.grant(rng.choice(SIZES))
                     if response.status_code == 201:
                         lease = response.json()
-                        write_pattern(self.file, lease)
+                        write_pattern(lease)
                         mine.append(lease)
                         with self.lock:
                             self.held[lease["id"]] = (host, lease)
@@ -107,7 +106,7 @@ class Churn:
                         self._error(response.status_code, response.json()["error"])
                     continue
                 lease = mine.pop(rng.randrange(len(mine)))
-                if not pattern_intact(self.file, lease):
+                if not pattern_intact(lease):
                     self.broken.append(lease["id"])
                 response = host.call("DELETE", f"/v1/leases/{lease['id']}")
                 if response.status_code == 200:
@@ -138,7 +137,7 @@ class Churn:
             assert now["state"] == "active", now
             assert (now["offset"], now["length"], now["generation"]) == (
                 lease["offset"], lease["length"], lease["generation"])
-            assert pattern_intact(self.file, lease), lease["id"]
+            assert pattern_intact(lease), lease["id"]
         for lease_id, host in self.released.items():
             now = host.call("GET", f"/v1/leases/{lease_id}").json()
             # Released, or still being zeroed after its release: ended either way.
@@ -146,12 +145,12 @@ class Churn:
 
 
 def test_three_hosts_churn_on_one_shared_device_without_overlap(
-        tmp_path: Path, pg_url: str, shared_file: Path, cleanup: list[Host]) -> None:
-    hosts = start_hosts(tmp_path, [pg_url] * 3, shared_file, "128MiB", ENV)
+        tmp_path: Path, pg_url: str, cleanup: list[Host]) -> None:
+    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", ENV)
     cleanup.extend(hosts)
     devices = hosts[0].call("GET", "/v1/devices").json()
     assert len(devices) == 1 and devices[0]["host"] is None  # one ledger device, shared
-    churn = Churn(shared_file)
+    churn = Churn()
     churn.run(hosts, threads_per_host=2, seconds=6.0, min_grants=60)
     assert churn.errors == []
     assert churn.grants >= 60
@@ -168,12 +167,12 @@ def test_three_hosts_churn_on_one_shared_device_without_overlap(
 
 
 def test_a_killed_hosts_capacity_returns_after_ttl_plus_grace_not_before(
-        tmp_path: Path, pg_url: str, shared_file: Path, cleanup: list[Host]) -> None:
-    hosts = start_hosts(tmp_path, [pg_url] * 3, shared_file, "128MiB", ENV)
+        tmp_path: Path, pg_url: str, cleanup: list[Host]) -> None:
+    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", ENV)
     cleanup.extend(hosts)
     whole = hosts[2].grant(SIZE)
     assert whole.status_code == 201, whole.text
-    write_pattern(shared_file, whole.json())
+    write_pattern(whole.json())
     assert hosts[0].grant(2 * MiB).status_code == 507
     hosts[2].kill()
     killed = time.monotonic()
@@ -188,21 +187,21 @@ def test_a_killed_hosts_capacity_returns_after_ttl_plus_grace_not_before(
     # The last heartbeat was at most a tick (plus its commit) before the kill.
     assert back >= TTL_S + GRACE_S - 2 * TICK_S, back
     lease = response.json()
-    write_pattern(shared_file, lease)
+    write_pattern(lease)
     assert hosts[1].grant(64 * MiB).status_code == 201  # the others use it too
     listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
     assert listed["host-2"]["state"] == "lost" and listed["host-2"]["live_leases"] == 0
     old = hosts[0].call("GET", f"/v1/leases/{whole.json()['id']}").json()
     assert old["state"] == "lost"
-    assert pattern_intact(shared_file, lease)
+    assert pattern_intact(lease)
     report = run_fsck(pg_url, tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr
 
 
 def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
-        tmp_path: Path, pg_url: str, shared_file: Path, proxy: TcpProxy,
+        tmp_path: Path, pg_url: str, proxy: TcpProxy,
         cleanup: list[Host]) -> None:
-    hosts = start_hosts(tmp_path, [pg_url, pg_url, proxy.url_for(pg_url)], shared_file,
+    hosts = start_hosts(tmp_path, [pg_url, pg_url, proxy.url_for(pg_url)],
                         "128MiB", ENV)
     cleanup.extend(hosts)
     cut_off = hosts[2]
@@ -270,12 +269,12 @@ def _fenced_window(cut_off: Host, other: Host, whole: dict[str, Any], sdk: list[
 
 
 def test_the_database_dropping_every_connection_during_churn_loses_nothing(
-        tmp_path: Path, pg_url: str, shared_file: Path, proxy: TcpProxy,
+        tmp_path: Path, pg_url: str, proxy: TcpProxy,
         cleanup: list[Host]) -> None:
     env = {**ENV, "POOLD_HOST_TTL_S": "8"}  # the outage is shorter: nobody is fenced
-    hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, shared_file, "128MiB", env)
+    hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, "128MiB", env)
     cleanup.extend(hosts)
-    churn = Churn(shared_file)
+    churn = Churn()
 
     def outage() -> None:
         time.sleep(2.0)

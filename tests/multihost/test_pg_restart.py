@@ -44,7 +44,7 @@ def _cluster() -> tuple[str, str] | None:
 
 
 def test_a_real_postgresql_restart_during_churn_loses_nothing(
-        tmp_path: Path, pg_url: str, shared_file: Path, cleanup: list[Host]) -> None:
+        tmp_path: Path, pg_url: str, cleanup: list[Host]) -> None:
     found = _cluster()
     if found is None:
         message = ("cannot restart PostgreSQL here (needs root, pg_ctlcluster and a local "
@@ -54,9 +54,9 @@ def test_a_real_postgresql_restart_during_churn_loses_nothing(
         pytest.skip(message)
     cluster = found
     env = {**ENV, "POOLD_HOST_TTL_S": "15"}  # a restart is seconds: nobody should be fenced
-    hosts = start_hosts(tmp_path, [pg_url] * 3, shared_file, "128MiB", env)
+    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", env)
     cleanup.extend(hosts)
-    churn = Churn(shared_file)
+    churn = Churn()
     restarted: list[float] = []  # when it began and ended, from the churn's start
 
     def restart() -> None:

@@ -1,0 +1,77 @@
+"""memfd primitives for per-lease memory objects: make one (on huge pages when the pool has
+room), seal it against size changes, empty it.
+
+Leaves alone: who owns which memfd (poold.daemon.leasemem) and NUMA binding
+(poold.daemon.nodemem).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import mmap
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+F_ADD_SEALS = getattr(fcntl, "F_ADD_SEALS", 1033)
+SEALS = (getattr(fcntl, "F_SEAL_SEAL", 1) | getattr(fcntl, "F_SEAL_SHRINK", 2)
+         | getattr(fcntl, "F_SEAL_GROW", 4))
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+MEMINFO = Path("/proc/meminfo")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
+
+
+def seal(fd: int) -> None:
+    """No size change, by anyone, ever (and no further seals: a holder cannot add a write seal
+    that would stop the daemon emptying it)."""
+    fcntl.fcntl(fd, F_ADD_SEALS, SEALS)
+
+
+def punch(fd: int, length: int) -> None:
+    """Give every page back to the kernel; mappings of the memfd lose them at once."""
+    if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"fallocate(PUNCH_HOLE): {os.strerror(code)}")
+
+
+def huge_page_room(length: int, meminfo: Path = MEMINFO) -> bool:
+    """Whether the default huge page pool has `length` bytes free and unreserved, in whole
+    pages."""
+    try:
+        fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines()
+                      if ":" in line)
+        free = int(fields["HugePages_Free"].split()[0]) - int(fields["HugePages_Rsvd"].split()[0])
+        page = int(fields["Hugepagesize"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return False
+    return page > 0 and length % page == 0 and free * page >= length
+
+
+def emulated_memfd(name: str, length: int, huge: bool) -> tuple[int, bool]:
+    """A sealed memfd of `length` bytes: (fd, on huge pages). Huge pages are reserved now (a
+    shared mapping reserves them for the file, and they stay reserved once it is unmapped), so a
+    holder's map can never fault for want of one; no room: shmem instead."""
+    if huge:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
+        try:
+            os.ftruncate(fd, length)
+            mmap.mmap(fd, length, mmap.MAP_SHARED).close()
+            seal(fd)
+            return fd, True
+        except OSError as exc:
+            os.close(fd)
+            log.info("memfd.hugetlb_refused name=%s bytes=%s error=%r", name, length, exc)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, length)
+        seal(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, False
