@@ -16,6 +16,7 @@ When NOTIFY_SOCKET is unset (not under systemd, or Type= is not notify) every ca
 
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
 import os
@@ -76,8 +77,9 @@ class Notifier:
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            socket.send_fds(self._sock, ["\n".join(assignments).encode()], fds,
-                            address=self.address)
+            # sendmsg itself: socket.send_fds ignores its address (CPython 3.11).
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+            self._sock.sendmsg(["\n".join(assignments).encode()], rights, 0, self.address)
         except OSError as exc:
             log.warning("sdnotify.failed address=%s error=%r", self.address, exc)
             return False
