@@ -1,9 +1,8 @@
-"""What the API asks of the daemon to change devices in the kernel: the `DeviceAdmin` Protocol,
-and `LeasePlacer` for grants that make a device (isolated pools).
+"""What the API asks of the daemon to change devices in the kernel: the `DeviceAdmin` Protocol.
 
-The daemon (poold.daemon.devices, poold.daemon.isolated) implements them and puts them on
-`app.state.device_admin` and `app.state.lease_placer`; the API reaches sysfs only through them,
-so an app built without a daemon (tests of other routes) has no device administration. Every
+The daemon (poold.daemon.devices) implements it and puts it on `app.state.device_admin`; the API
+reaches sysfs only through it, so an app built without a daemon (tests of other routes) has no
+device administration. Every
 DeviceAdmin method takes the acting principal's name for the audit log; all raise PooldError
 subclasses only.
 """
@@ -13,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from poold.ledger.leases import GrantRequest
-from poold.ledger.views import DeviceView, LeaseView
+from poold.ledger.views import DeviceView
 
 Mode = Literal["devdax", "system-ram"]
 
@@ -51,11 +49,3 @@ class DeviceAdmin(Protocol):
 
     def undrain(self, devname: str, actor: str) -> DeviceOutcome:
         """Leasable again."""
-
-
-class LeasePlacer(Protocol):
-    def isolates(self, pool: str | None) -> bool:
-        """Whether grants in `pool` go through `grant` instead of the ledger's own."""
-
-    def grant(self, request: GrantRequest) -> LeaseView:
-        """A lease on a dax device made for it alone (blocking: it writes sysfs)."""

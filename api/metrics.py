@@ -107,6 +107,11 @@ class Metrics:
     def ledger_error(self, source: str) -> None:
         self.ledger_errors.labels(source).inc()
 
+    def publish_limits(self, **limits: float | None) -> None:
+        """The configured limits, by name (-1: none)."""
+        for name, value in limits.items():
+            self.limits.labels(name).set(-1 if value is None else value)
+
 
 def reclaim_reason(event: EventView, host_id: str) -> str | None:
     """The reason (RECLAIM_REASONS) for which host `host_id` took back the lease whose end

@@ -67,6 +67,14 @@ class DaxRegion:
     devices: tuple[DaxDevice, ...]
 
     @property
+    def start(self) -> int | None:
+        """The region's first physical address: where its lowest range starts, or what a device
+        without a range reports as its resource (the kernel shows the region's start there)."""
+        found = [m.start for d in self.devices for m in d.mappings]
+        found += [d.resource for d in self.devices if not d.mappings and d.resource is not None]
+        return min(found, default=None)
+
+    @property
     def dynamic(self) -> bool:
         """Whether devices can be created and deleted at run time (create/delete attributes)."""
         return self.available_size is not None

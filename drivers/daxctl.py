@@ -139,6 +139,41 @@ class DaxControl:
             raise
         return self.device(created)[1]
 
+    def create_device_at(self, region_id: int, start: int, size: int, align: int) -> DaxDevice:
+        """A new device of exactly [start, start + size) of a dynamic region's physical range
+        (its `mapping` attribute, as `daxctl create-device --input` restores a device), bound to
+        device_dax. Refused, with nothing changed, when the range is not aligned or not inside
+        the region; the kernel refuses a range another device holds."""
+        region = self.region(region_id)
+        name = f"region{region_id}"
+        self._dynamic(region, name)
+        self._check_size(name, size, align, allow_zero=False)
+        if (region.start is None or start % align or start < region.start
+                or start + size > region.start + region.size):
+            self._refuse(name, region, errno.EINVAL,
+                         f"[{start:#x}, +{size:#x}) is not an aligned range of the region "
+                         f"({region.start}, +{region.size:#x})")
+        before = {d.chardev for d in region.devices}
+        self._write(name, self._region_path(region) / "create", "1")
+        created = self._new_device(region, before)
+        try:
+            if self.device(created)[1].align != align:
+                self._set(created, self._device_path(created) / "align", align)
+            # Hex, end inclusive: what the kernel's range_parse reads.
+            self._write(created, self._device_path(created) / "mapping",
+                        f"{start:x}-{start + size - 1:x}")
+            device = self.device(created)[1]
+            got = [(m.start, m.end) for m in device.mappings]
+            if got != [(start, start + size - 1)] or device.size != size:
+                raise KernelRefused(created, str(self._device_path(created) / "mapping"),
+                                    errno.EIO, f"maps {got} after mapping "
+                                               f"[{start:#x}, +{size:#x})")
+            self._bind(created, DEVICE_DAX)
+        except DriverFailure:
+            self._undo_create(region, created)
+            raise
+        return self.device(created)[1]
+
     def resize_device(self, name: str, size: int) -> DaxDevice:
         """Grow or shrink a device of a dynamic region; it is unbound while its size changes and
         bound again when it has memory."""

@@ -49,7 +49,7 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "unscrubbed_pools": ("none: every pool scrubs", ["scratch"]),
     "emulate_uid": ("unset (the device is this host's own)", "emulated:shared-emu0"),
     "shared_devices": ("none", ["cxl:serial:*"]),
-    "isolated_pools": ("none", {"private": 0}),
+    "manual_regions": ("none: every dynamic region is carved per lease", ["dax1"]),
     "default_tenant_max_bytes": ("unset (unlimited)", "64GiB"),
 }
 

@@ -194,13 +194,12 @@ class Settings(BaseSettings):
         "`scrubbing` meanwhile) before anyone else can be granted them. Only for a pool that one "
         "tenant uses alone, to save the zeroing.",
     )
-    isolated_pools: dict[str, int] = Field(
-        default_factory=dict,
-        description="Pools whose every lease gets a dax device of its own, sized to the lease: "
-        'pool name -> id of the dynamic (hmem) dax region its devices are made in, e.g. '
-        '{"private" = 0}. The chardev a holder maps then covers nothing but its lease; the '
-        "device is destroyed when the lease has ended (after its scrub). Such a pool holds only "
-        "these devices: no device_pools rule may name it, and it is not the default_pool.",
+    manual_regions: list[str] = Field(
+        default_factory=list,
+        description="Globs on dynamic dax regions' names (daxN) that an admin carves by hand "
+        '(`poold device create` ...), e.g. ["dax1"]: their devices are leased as they are. Every '
+        "other dynamic region is carved per lease: each lease gets a dax device of its own, "
+        "destroyed when it ends, so its holder reaches its lease and nothing else.",
     )
     sqlite_synchronous: str = Field(
         default="FULL",
@@ -329,14 +328,14 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
 
-    @model_validator(mode="after")
-    def _isolated_pools_apart(self) -> Settings:
-        shared = set(self.isolated_pools) & {self.default_pool, *self.device_pools.values()}
-        if shared:
-            raise ValueError(f"isolated pools {sorted(shared)} hold only the devices made for "
-                             "their leases: they cannot be the default_pool or a device_pools "
-                             "target")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _no_isolated_pools(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "isolated_pools" in data:
+            raise ValueError("isolated_pools is gone: every dynamic dax region is now carved per "
+                             "lease by default (each lease a dax device of its own); place a "
+                             'region in a pool with device_pools, e.g. {"dax0" = "private"}')
+        return data
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -28,6 +28,8 @@ class DeviceKind(StrEnum):
     DEVDAX = "devdax"
     SYSTEM_RAM = "system-ram"
     EMULATED = "emulated"
+    # A dynamic dax region carved per lease: each lease is a dax device made for it alone.
+    DAX_REGION = "dax-region"
 
 
 class DeviceState(StrEnum):

@@ -21,8 +21,8 @@ from poold import db
 from poold.inventory import DeviceSpec
 from poold.ledger import registry
 from poold.ledger.clock import ManualClock
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.types import DeviceKind, MiB
 
 POSTGRES_URL = os.environ.get(

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from api.auth import get_operator, get_principal
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
-from api.lease_memory import located, memory_of
+from api.lease_backing import backing_of, located
 from api.schemas import Claim, Device, DeviceExtents, Event, Lease, Pool
 from drivers import DriverFailure
 from drivers.topology import scan
@@ -34,11 +34,11 @@ def list_devices(ledger: LedgerDep) -> list[Device]:
 def device_extents(device_id: Annotated[int, Path(ge=1, le=2**31)], ledger: LedgerDep,
                    request: Request) -> DeviceExtents:
     device, claims, leases = ledger.read(lambda s, now: reads.device_extents(s, device_id, now))
-    memory = memory_of(request)
+    backing = backing_of(request)
     return DeviceExtents(
         device=Device.model_validate(asdict(device)),
         claims=[Claim.model_validate(asdict(c)) for c in claims],
-        leases=[Lease.model_validate(asdict(located(memory, x))) for x in leases],
+        leases=[Lease.model_validate(asdict(located(backing, x))) for x in leases],
     )
 
 

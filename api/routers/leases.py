@@ -20,15 +20,15 @@ from pydantic import TypeAdapter
 
 from api.auth import PrincipalDep, admin_of, principal_of
 from api.deps import LedgerDep, actor_of, ledger_of
-from api.device_admin import LeasePlacer
 from api.errors import ERROR_RESPONSES
-from api.lease_memory import LeaseMemory, located, memory_of
+from api.lease_backing import MADE_IN_A_THREAD, MADE_INLINE, LeaseBacking, backing_of, located
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
-from poold.errors import Forbidden, NoCapacity, UnknownLease
+from poold.errors import Forbidden, PooldError, UnknownLease
 from poold.ledger import leases, reads
+from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.security import lease_token
-from poold.types import TEXT_PATTERN, DeviceKind, LeaseState, Role, is_lease_id
+from poold.types import TEXT_PATTERN, LeaseState, Role, is_lease_id
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERROR_RESPONSES)
 # A lease id is 32 hex digits; anything else (a NUL byte, garbage) names no lease: 404
@@ -47,10 +47,10 @@ def _json(content: bytes, status_code: int = status.HTTP_200_OK) -> Response:
     return Response(content=content, status_code=status_code, media_type="application/json")
 
 
-async def _write(request: Request, command: Callable[[leases.Tx], LeaseView],
+async def _write(request: Request, command: Callable[[Tx], LeaseView],
                  status_code: int = status.HTTP_200_OK) -> Response:
     view: LeaseView = await asyncio.wrap_future(ledger_of(request).submit(command))
-    return _json(_ONE.dump_json(located(memory_of(request), view)), status_code)
+    return _json(_ONE.dump_json(located(backing_of(request), view)), status_code)
 
 
 def known(lease_id: str) -> str:
@@ -74,29 +74,27 @@ async def grant_lease(body: LeaseRequest, request: Request) -> Response:
             raise Forbidden(f"{principal.actor} may lease only for tenant {principal.tenant!r}")
         fields_["tenant"] = principal.tenant
     grant = leases.GrantRequest(actor=principal.actor, **fields_)
-    placer: LeasePlacer | None = getattr(request.app.state, "lease_placer", None)
-    view: LeaseView
-    if placer is not None and placer.isolates(grant.pool):  # a device of its own: sysfs writes
-        view = await asyncio.to_thread(placer.grant, grant)
-    else:
-        view = await asyncio.wrap_future(
-            ledger_of(request).submit(partial(leases.grant, request=grant)))
-    memory = memory_of(request)
-    if memory is not None and view.kind == DeviceKind.EMULATED and \
-            view.state is LeaseState.ACTIVE:  # not a replay of a lease that ended since
-        await _make_memory(request, memory, view)
+    view: LeaseView = await asyncio.wrap_future(
+        ledger_of(request).submit(partial(leases.grant, request=grant)))
+    backing = backing_of(request)
+    if backing is not None and view.state is LeaseState.ACTIVE:  # not a replay of an ended one
+        await _make(request, backing, view)
     token = lease_token(request.app.state.lease_key, view.id)
     # The view's JSON object with the token appended (hex: nothing to escape).
-    body_json = _ONE.dump_json(located(memory, view))[:-1] + b',"token":"' + token.encode() + b'"}'
+    body_json = _ONE.dump_json(located(backing, view))[:-1] + b',"token":"' + token.encode() + b'"}'
     return _json(body_json, status.HTTP_201_CREATED)
 
 
-async def _make_memory(request: Request, memory: LeaseMemory, view: LeaseView) -> None:
-    """An emulated lease's memfd, made once the grant committed (the lease id names it). No
-    memory to make it of: the lease is released again, and the grant refused as no capacity."""
+async def _make(request: Request, backing: LeaseBacking, view: LeaseView) -> None:
+    """What the lease is made of, once the grant committed (the lease id names it): an emulated
+    lease's memfd (inline: microseconds), a region's dax device (sysfs writes: in a thread).
+    Nothing to make it of: the lease is released again, and the grant refused."""
     try:
-        memory.create(view.id, view.length)
-    except NoCapacity:
+        if view.kind in MADE_INLINE:
+            backing.make(view)
+        elif view.kind in MADE_IN_A_THREAD:
+            await asyncio.to_thread(backing.make, view)
+    except PooldError:
         await asyncio.wrap_future(ledger_of(request).submit(partial(
             leases.release, lease_id=view.id, actor="daemon")))
         raise
@@ -118,15 +116,15 @@ def list_leases(
         tenant = principal.tenant
     found = ledger.read(lambda s, now: reads.leases(s, now, state=state, pool=pool, tenant=tenant,
                                                     host=host, limit=limit))
-    memory = memory_of(request)
-    return _json(_MANY.dump_json([located(memory, view) for view in found]))
+    backing = backing_of(request)
+    return _json(_MANY.dump_json([located(backing, view) for view in found]))
 
 
 @router.get("/{lease_id}", response_model=Lease)
 def get_lease(lease_id: LeaseId, ledger: LedgerDep, request: Request) -> Response:
     only, lease_id = _tenant_only(request), known(lease_id)
     view = ledger.read(lambda s, now: reads.lease(s, lease_id, now, tenant_only=only))
-    return _json(_ONE.dump_json(located(memory_of(request), view)))
+    return _json(_ONE.dump_json(located(backing_of(request), view)))
 
 
 @router.post("/{lease_id}/keepalive", response_model=Lease)

@@ -20,8 +20,8 @@ from api.schemas import Health
 from poold import __version__
 from poold.errors import LedgerUnavailable, PooldError
 from poold.ledger import reads
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 
 router = APIRouter(tags=["ops"])
 

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from fnmatch import fnmatch
 from functools import partial
@@ -33,6 +33,7 @@ from api.metrics import RECLAIM_EVENTS, Metrics, reclaim_reason
 from api.ratelimit import RateLimiter
 from api.routers.ops import ledger_problem
 from drivers import DriverFailure
+from drivers.dax import DaxRegion
 from drivers.daxctl import DaxControl
 from drivers.emulated import emulated_device
 from drivers.sysfs import Sysfs
@@ -42,32 +43,32 @@ from poold import db
 from poold.config import Settings
 from poold.daemon import reaper
 from poold.daemon.access import ensure_admin_credential, peer_policy
+from poold.daemon.backing import LeaseBacking
 from poold.daemon.devices import DeviceOps
 from poold.daemon.fdpass import FdServer
-from poold.daemon.fdstore import FdStore, KeeperStore, NoStore, SystemdStore
+from poold.daemon.fdstore import FdStore, choose_store
 from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.httplimits import LimitedHttpProtocol, limited
-from poold.daemon.isolated import IsolatedLeases
-from poold.daemon.leasemem import LeaseMemory
+from poold.daemon.leasemem import LeaseMemory, recover_memory
 from poold.daemon.nodemem import NodeAllocator
 from poold.daemon.peercred import PeerCredProtocol
+from poold.daemon.regions import RegionLeases
 from poold.daemon.scrub import POLL_S as SCRUB_POLL_S
 from poold.daemon.scrub import Scrubber
-from poold.daemon.sdnotify import Notifier, fdstore_offered, keep_watchdog
+from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.statedir import StateDir
 from poold.daemon.tasks import every
-from poold.errors import FdStoreUnavailable, LedgerUnavailable
+from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import reads, registry, retention, sharing
+from poold.ledger import reads, registry, retention
 from poold.ledger.clock import LedgerClock
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
 from poold.ledger.retention import Pruned
 from poold.ledger.tenants import RevocationFeed
+from poold.ledger.tx import Tx
 from poold.models import Pool
 from poold.security import load_or_create_key
-from poold.types import DeviceKind, LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,15 @@ PRUNE_PASSES = 20
 class Daemon:
     def __init__(self, settings: Settings, clock: LedgerClock | None = None,
                  monitor: UdevMonitor | None = None, notifier: Notifier | None = None,
-                 fd_store: FdStore | None = None) -> None:
+                 fd_store: FdStore | None = None, sysfs: Sysfs | None = None) -> None:
+        """The seams tests inject: the ledger's clock, the udev monitor, systemd's notify
+        socket, the fd store, and the sysfs that device changes write (a fake kernel)."""
         self.settings = settings
         self.notifier = notifier or Notifier.from_environment()
         self.state = StateDir(settings.state_dir)
         self.state.claim()  # one daemon per state directory: StateDirBusy otherwise
         try:
-            self._build(settings, clock, monitor, fd_store)
+            self._build(settings, clock, monitor, fd_store, sysfs)
         except BaseException:  # a daemon that did not start holds nothing
             if hasattr(self, "ledger"):
                 self.ledger.close()
@@ -93,7 +96,8 @@ class Daemon:
             raise
 
     def _build(self, settings: Settings, clock: LedgerClock | None,
-               monitor: UdevMonitor | None, fd_store: FdStore | None) -> None:
+               monitor: UdevMonitor | None, fd_store: FdStore | None,
+               sysfs: Sysfs | None) -> None:
         if settings.sqlite_path is not None:
             self.state.private_ledger(settings.sqlite_path)
         db.upgrade(settings.ledger_url)
@@ -110,14 +114,22 @@ class Daemon:
         self._reclaims_lock = threading.Lock()
         # One device change or inventory rescan at a time: a rescan never sees a change half-done.
         self._inventory_lock = threading.Lock()
-        # Devices being made for an isolated pool's lease (devname -> pool), for _reconcile.
-        self._placing: dict[str, str] = {}
+        # Admin device operations (api.routers.devices) and the regions carved per lease.
+        self.ops: DeviceOps | None = None
+        self.regions: RegionLeases | None = None
+        self._dax_regions: Sequence[DaxRegion] = ()  # as the last discovery found them
+        if settings.discover_dax:
+            self.ops = DeviceOps(self.ledger, DaxControl(sysfs or Sysfs(settings.sysfs_root)),
+                                 self.discover, self._reconcile, self._inventory_lock)
+            self.regions = RegionLeases(self.ops, settings.manual_regions)
         self._events_seen = self._newest_event_id()
-        try:
-            specs: list[DeviceSpec] | None = self.discover()
-        except DriverFailure:
-            specs = None  # start anyway, leave devices as the ledger has them; rescans retry
-        self.ledger.run(partial(self._register, specs=specs))
+        with self._inventory_lock:
+            try:
+                specs: list[DeviceSpec] | None = self.discover()
+            except DriverFailure:
+                specs = None  # start anyway, leave devices as the ledger has them; rescans retry
+            self.ledger.run(partial(self._register, specs=specs))
+            self._reconcile_regions()
         self._count_reclaims()  # leases on devices that vanished while the daemon was down
         if monitor is None and settings.watch_udev and settings.discover_dax:
             monitor = open_monitor()
@@ -126,12 +138,14 @@ class Daemon:
         self.lease_key = load_or_create_key(settings.state_dir / "lease-token.key")
         # The memory of leases on emulated and system-ram devices: a sealed memfd each, kept
         # across restarts in the fd store; what the store no longer has is lost.
-        self.memory = LeaseMemory(fd_store or self._fd_store(), NodeAllocator(settings.sysfs_root),
+        self.memory = LeaseMemory(fd_store or choose_store(settings, self.notifier),
+                                  NodeAllocator(settings.sysfs_root),
                                   huge_pages=settings.emulate_huge_pages)
-        self._recover_memory()
-        self.scrubber = Scrubber(self.ledger, self.metrics, self.memory)
+        recover_memory(self.memory, self.ledger)
+        self.backing = LeaseBacking(self.memory, self.regions)
+        self.scrubber = Scrubber(self.ledger, self.metrics, self.memory, self.regions)
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key,
-                                  self.memory)
+                                  self.backing)
         self.auth: TokenAuthenticator | None = None
         self.admin_credential: Path | None = None
         # Revocations through other daemons on a PostgreSQL ledger, heard as they commit.
@@ -150,19 +164,18 @@ class Daemon:
                                        probe_timeout_s=settings.probe_timeout_s,
                                        auth=self.auth, max_body_bytes=settings.max_body_bytes,
                                        rate_limiter=_rate_limiter(settings))
-        self.app.state.lease_memory = self.memory
-        self._publish_limits()
-        self.isolated: IsolatedLeases | None = None
-        if settings.discover_dax:  # admin device operations (api.routers.devices)
-            ops = DeviceOps(self.ledger, DaxControl(Sysfs(settings.sysfs_root)), self.discover,
-                            self._reconcile, self._inventory_lock)
-            self.app.state.device_admin = ops
-            if settings.isolated_pools:  # grants in those pools (api.routers.leases)
-                self.isolated = IsolatedLeases(ops, settings.isolated_pools, self._placing)
-                self.app.state.lease_placer = self.isolated
+        self.app.state.lease_backing = self.backing
+        if self.ops is not None:
+            self.app.state.device_admin = self.ops
+        self.metrics.publish_limits(
+            rate_limit_per_s=settings.rate_limit_per_s, rate_limit_burst=settings.rate_limit_burst,
+            default_tenant_max_bytes=settings.default_tenant_max_bytes,
+            default_tenant_max_leases=settings.default_tenant_max_leases)
 
     def discover(self) -> list[DeviceSpec]:
-        """Every device this host offers now: the emulated one, and dax devices from sysfs."""
+        """Every device this host offers now: the emulated one, and dax devices from sysfs (a
+        region carved per lease as one device). Call under the inventory lock: it may empty a
+        pristine region's first device (poold.daemon.regions)."""
         specs = []
         s = self.settings
         if s.emulate_size:
@@ -173,8 +186,14 @@ class Daemon:
             specs.append(spec)
         if s.discover_dax:
             try:
+                topology = scan(s.sysfs_root)
+                per_lease = (self.regions.per_lease(topology.dax_regions)
+                             if self.regions is not None else set())
+                if self.ops is not None:
+                    self.ops.per_lease = per_lease
+                self._dax_regions = topology.dax_regions
                 specs.extend(replace(spec, shared=True) if _shared(spec, s.shared_devices)
-                             else spec for spec in specs_from_topology(scan(s.sysfs_root)))
+                             else spec for spec in specs_from_topology(topology, per_lease))
             except DriverFailure:
                 # One unreadable attribute must not make every device look gone: keep the
                 # ledger as it is and try again at the next rescan.
@@ -182,52 +201,13 @@ class Daemon:
                 raise
         return specs
 
-    def _publish_limits(self) -> None:
-        """The configured per-principal limits, in /metrics (-1: none)."""
-        s = self.settings
-        for name, value in (("rate_limit_per_s", s.rate_limit_per_s),
-                            ("rate_limit_burst", s.rate_limit_burst),
-                            ("default_tenant_max_bytes", s.default_tenant_max_bytes),
-                            ("default_tenant_max_leases", s.default_tenant_max_leases)):
-            self.metrics.limits.labels(name).set(-1 if value is None else value)
-
-    def _fd_store(self) -> FdStore:
-        s = self.settings
-        kind = s.fd_store
-        if kind == "auto":
-            kind = "systemd" if fdstore_offered() else "keeper"
-        if kind == "systemd":
-            return SystemdStore(self.notifier)
-        if kind == "keeper":
-            return KeeperStore(s.state_dir, s.fd_keeper_linger_s)
-        return NoStore()
-
-    def _recover_memory(self) -> None:
-        """Take back the memfds the fd store kept across the last stop; the active leases of
-        this host that should have one and do not (no store, or it lost them) are lost: their
-        holders learn at their next keepalive, never mapping another's bytes or fresh zeros as
-        if they were theirs."""
-        host = self.settings.host_id
-        owned = self.ledger.read(lambda s, now: reads.memory_leases(s, now, host_id=host))
-        try:
-            kept = self.memory.recover(lambda ids: {i: owned[i][0] for i in ids if i in owned})
-        except OSError as exc:  # the store may hold them still: never call them lost for this
-            raise FdStoreUnavailable(f"the {self.memory.store.kind} fd store did not answer "
-                                     f"({exc}); not starting") from exc
-        gone = {lease_id for lease_id, (kind, state) in owned.items()
-                if kind == DeviceKind.EMULATED and state == LeaseState.ACTIVE
-                and lease_id not in kept}
-        if gone:
-            lost = self.ledger.run(partial(sharing.lose_own_leases, only=gone,
-                                           reason="its memory did not survive the restart"))
-            log.warning("leasemem.leases_lost count=%d store=%s", lost, self.memory.store.kind)
-
     def rescan(self, trigger: str = "manual") -> None:
         """Reconcile the ledger with what sysfs shows now (hotplug, periodic fallback)."""
         try:
             with self._inventory_lock:
                 specs = self.discover()
                 self.ledger.run(partial(self._reconcile, specs=specs))
+                self._reconcile_regions()
         except Exception as exc:
             self.metrics.rescans.labels(trigger, "failed").inc()
             if isinstance(exc, LedgerUnavailable):
@@ -235,6 +215,12 @@ class Daemon:
             raise
         self.metrics.rescans.labels(trigger, "ok").inc()
         self._count_reclaims()
+
+    def _reconcile_regions(self) -> None:
+        """Match the devices of the regions carved per lease to the ledger's leases on them
+        (under the inventory lock, after the ledger took in the last discovery)."""
+        if self.regions is not None and self.ops is not None:
+            self.regions.reconcile(self.ops.per_lease, self._dax_regions)
 
     def _newest_event_id(self) -> int:
         newest = self.ledger.read(lambda s, _now: reads.events(s, limit=1))
@@ -271,11 +257,9 @@ class Daemon:
         pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
             name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
-        )) for name in (s.default_pool, *s.device_pools.values(), *s.isolated_pools)}
+        )) for name in (s.default_pool, *s.device_pools.values())}
 
         def pool_for(spec: DeviceSpec) -> Pool:
-            if spec.devname in self._placing:  # made for a lease of an isolated pool
-                return pools[self._placing[spec.devname]]
             for pattern, name in s.device_pools.items():
                 if fnmatch(spec.devname, pattern) or fnmatch(spec.uid, pattern):
                     return pools[name]
@@ -326,9 +310,6 @@ class Daemon:
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
                                                    partial(self.rescan, trigger="periodic"))))
-        if self.isolated is not None:
-            tasks.append(asyncio.create_task(every(s.reap_interval_s, "isolated-sweep",
-                                                   self.isolated.sweep)))
         watchdog_s = self.notifier.watchdog_period_s
         if watchdog_s is not None:
             probe = partial(ledger_problem, self.ledger, s.probe_timeout_s, self.metrics)

@@ -29,8 +29,8 @@ from poold import errors
 from poold.inventory import DeviceSpec
 from poold.ledger import devices
 from poold.ledger.devices import Held
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.types import EventKind
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,17 @@ class DeviceOps:
         self._discover = discover
         self._reconcile = reconcile
         self.lock = lock
+        # Regions poold carves per lease (poold.daemon.regions): no admin changes their devices.
+        self.per_lease: set[int] = set()
+
+    def _by_hand(self, region: int) -> None:
+        if region in self.per_lease:
+            raise errors.DeviceBusy(f"region dax{region} is carved per lease by poold: list it "
+                                    "in manual_regions to change its devices by hand")
 
     def create(self, region: int, size: int, align: int | None, actor: str) -> DeviceOutcome:
         with self.lock:
+            self._by_hand(region)
             device = self.create_held(region, size, align, actor)
             return self._outcome("create", device.chardev)
 
@@ -134,6 +142,9 @@ class DeviceOps:
     def _change_held(self, devname: str, actor: str, operation: str, kind: EventKind,
                      check: Callable[[], object], action: Callable[[], object], **details: Any
                      ) -> None:
+        region = devname.removeprefix("dax").partition(".")[0]
+        if region.isdigit():
+            self._by_hand(int(region))
         try:
             check()
         except DriverFailure as exc:

@@ -5,12 +5,11 @@ Clients then need no permission on /dev/daxX.Y: they connect to the daemon's UNI
 daemon identifies the caller by SO_PEERCRED (logged with every hand-out) and gives the fd only
 for an active lease of this host whose token matches, i.e. to whoever was handed the lease.
 
-What the fd reaches (invariant 8):
+What the fd reaches (invariant 8), as poold.daemon.backing opens it:
 - emulated and system-ram leases: the lease's own sealed memfd (poold.daemon.leasemem), nothing
-  else; `map_offset` 0.
-- devdax: the device's chardev at the lease's offset. In an isolated pool the device is the
-  lease's alone; a static device serves one tenant at a time; a pool declared one trust domain
-  shares its devices between its tenants.
+  else; `map_offset` 0;
+- a region carved per lease: the dax device made for the lease alone; `map_offset` 0;
+- other devdax: the device's chardev at the lease's offset.
 
 Connections are served concurrently, each in a thread of its own, at most MAX_CONNECTIONS at
 once and each for at most REQUEST_TIMEOUT_S: a client that connects and says nothing delays no
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from poold import errors
-from poold.daemon.leasemem import LeaseMemory
+from poold.daemon.backing import LeaseBacking
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
 from poold.security import token_matches
@@ -53,12 +52,12 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 class FdServer:
     def __init__(self, path: Path, ledger: Ledger, key: bytes,
-                 memory: LeaseMemory | None = None,
+                 backing: LeaseBacking | None = None,
                  max_connections: int = MAX_CONNECTIONS) -> None:
         self.path = path
         self._ledger = ledger
         self._key = key
-        self._memory = memory
+        self._backing = backing
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -132,20 +131,14 @@ class FdServer:
             raise errors.InvalidRequest(f"lease {lease_id} is held on host {lease.host}")
         if lease.state is not LeaseState.ACTIVE:
             raise errors.LeaseNotActive(f"lease {lease_id} is {lease.state}")
+        if self._backing is None:
+            raise errors.InvalidRequest("this daemon hands out no lease memory")
+        fd, map_offset = self._backing.open(lease, node)
         answer = {"lease_id": lease.id, "chardev": lease.chardev, "offset": lease.offset,
                   "length": lease.length, "align": lease.align, "generation": lease.generation,
-                  "kind": kind, "map_offset": lease.offset}
-        if kind in (DeviceKind.SYSTEM_RAM, DeviceKind.EMULATED):
-            if self._memory is None:
-                raise errors.InvalidRequest(f"lease {lease_id} is on {kind}; this daemon "
-                                            "hands out no lease memory")
-            fd = self._memory.open(lease.id, DeviceKind(kind), node, lease.length)
-            extra = {"numa_node": node} if kind == DeviceKind.SYSTEM_RAM else {}
-            return {**answer, "map_offset": 0, **extra}, fd
-        try:
-            fd = os.open(lease.chardev, os.O_RDWR | os.O_CLOEXEC)
-        except OSError as exc:
-            raise errors.DriverError(f"{lease.chardev}: {exc.strerror}") from exc
+                  "kind": kind, "map_offset": map_offset}
+        if kind == DeviceKind.SYSTEM_RAM:
+            answer["numa_node"] = node
         return answer, fd
 
 

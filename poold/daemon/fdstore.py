@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from poold.daemon.sdnotify import Notifier, listen_fds
+from poold.config import Settings
+from poold.daemon.sdnotify import Notifier, fdstore_offered, listen_fds
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,18 @@ class FdStore(Protocol):
 
     def close(self) -> None:
         """This daemon stops: what was stored stays stored."""
+
+
+def choose_store(settings: Settings, notifier: Notifier) -> FdStore:
+    """The store `fd_store` names; auto: systemd's when it says it keeps one, else a keeper."""
+    kind = settings.fd_store
+    if kind == "auto":
+        kind = "systemd" if fdstore_offered() else "keeper"
+    if kind == "systemd":
+        return SystemdStore(notifier)
+    if kind == "keeper":
+        return KeeperStore(settings.state_dir, settings.fd_keeper_linger_s)
+    return NoStore()
 
 
 class NoStore:

@@ -33,12 +33,15 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from drivers.memfd import emulated_memfd, huge_page_room, punch
 from poold import errors
 from poold.daemon.fdstore import FdStore
 from poold.daemon.nodemem import NodeAllocator
-from poold.types import DeviceKind
+from poold.ledger import reads, sharing
+from poold.ledger.ledger import Ledger
+from poold.types import DeviceKind, LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +181,27 @@ class LeaseMemory:
         log.info("leasemem.created lease=%s kind=%s bytes=%s huge=%s", lease_id, held.kind,
                  held.length, held.huge)
         return held
+
+
+def recover_memory(memory: LeaseMemory, ledger: Ledger) -> None:
+    """At start: take back the memfds the fd store kept across the last stop. The active
+    emulated leases of this host that should have one and do not (no store, or it lost them)
+    are lost: their holders learn at their next keepalive, and never get fresh zeros passed off
+    as their bytes. A store that cannot be reached stops the start (FdStoreUnavailable): it may
+    hold them still, and they are not called lost for that."""
+    host = ledger.host_id
+    owned = ledger.read(lambda s, now: reads.memory_leases(s, now, host_id=host))
+    try:
+        kept = memory.recover(lambda ids: {i: owned[i][0] for i in ids if i in owned})
+    except OSError as exc:
+        raise errors.FdStoreUnavailable(f"the {memory.store.kind} fd store did not answer "
+                                        f"({exc}); not starting") from exc
+    gone = {lease_id for lease_id, (kind, state) in owned.items()
+            if kind == DeviceKind.EMULATED and state == LeaseState.ACTIVE and lease_id not in kept}
+    if gone:
+        lost = ledger.run(partial(sharing.lose_own_leases, only=gone,
+                                  reason="its memory did not survive the restart"))
+        log.warning("leasemem.leases_lost count=%d store=%s", lost, memory.store.kind)
 
 
 def _on_hugetlbfs(fd: int) -> bool:

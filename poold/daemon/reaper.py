@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from poold.ledger import leases, registry, sharing
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 
 log = logging.getLogger(__name__)
 

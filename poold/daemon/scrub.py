@@ -22,10 +22,12 @@ import mmap
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from api.metrics import Metrics
 from poold.daemon.leasemem import LeaseMemory
+from poold.daemon.regions import RegionLeases
 from poold.errors import UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.ledger import Ledger
@@ -43,34 +45,43 @@ POLL_S = 0.1
 
 class Scrubber:
     def __init__(self, ledger: Ledger, metrics: Metrics,
-                 memory: LeaseMemory | None = None) -> None:
+                 memory: LeaseMemory | None = None, regions: RegionLeases | None = None) -> None:
         self._ledger = ledger
         self._metrics = metrics
         self._memory = memory
+        self._regions = regions
+        self._carved: set[str] = set()  # leases of regions carved per lease seen this pass
 
     def run_once(self) -> int:
         """Scrub every lease of this host that waits for it; returns how many were freed."""
         if self._memory is not None:
             self._memory.sweep(self._holds)
         done: list[str] = []
-        jobs = self._ledger.read(partial(reads.scrubbing, host_id=self._ledger.host_id))
+        self._carved.clear()
+        jobs = [self._on_its_device(job) for job in self._ledger.read(
+            partial(reads.scrubbing, host_id=self._ledger.host_id))]
         ends: dict[str, int] = {}  # per device, the furthest byte this pass zeroes
         for job in jobs:
-            if job.kind == DeviceKind.DEVDAX:
-                ends[job.chardev] = max(ends.get(job.chardev, 0), job.offset + job.length)
+            if job.kind != DeviceKind.DEVDAX or not job.zero:
+                continue
+            ends[job.chardev] = max(ends.get(job.chardev, 0), job.offset + job.length)
         self._metrics.scrub_remaining.set(sum(job.length - job.done for job in jobs))
         with _Mappings(ends) as mappings:
             for job in jobs:
                 try:
-                    if job.kind == DeviceKind.DEVDAX:
+                    if job.kind == DeviceKind.DEVDAX and job.zero:
                         self._zero(job, mappings)
-                    else:
+                    elif job.kind != DeviceKind.DEVDAX:
                         self._drop(job)
                 except OSError as exc:  # the device went away or refuses: retry next pass
                     log.warning("scrub.failed lease=%s chardev=%s error=%s", job.lease_id,
                                 job.chardev, exc)
                     continue
                 done.append(job.lease_id)
+        # A region's per-lease device goes once zeroed (and unmapped: the pass's mappings are
+        # closed): its holder's mappings fault from now on, and a new device can be made there.
+        if self._regions is not None:
+            done = [i for i in done if i not in self._carved or self._regions.unmake(i)]
         finished = set(done)  # what failed is tried again at the next pass
         self._metrics.scrub_remaining.set(sum(
             job.length - job.done for job in jobs if job.lease_id not in finished))
@@ -79,6 +90,17 @@ class Scrubber:
             lambda tx: [leases.finish_scrub(tx, lease_id) for lease_id in done])) if done else 0
         self._metrics.scrubs.inc(freed)
         return freed
+
+    def _on_its_device(self, job: ScrubJob) -> ScrubJob:
+        """A lease of a region carved per lease is zeroed through its own dax device (a devdax
+        job at offset 0 of it); with none left (a reboot took it) there is nothing to zero."""
+        if job.kind != DeviceKind.DAX_REGION:
+            return job
+        self._carved.add(job.lease_id)
+        devname = self._regions.device_of(job.lease_id) if self._regions is not None else None
+        if devname is None:
+            return replace(job, kind=DeviceKind.DEVDAX.value, zero=False)
+        return replace(job, kind=DeviceKind.DEVDAX.value, chardev=f"/dev/{devname}", offset=0)
 
     def _holds(self, lease_id: str) -> bool:
         """Whether the lease still holds its extent (active, or scrubbing: dropped then)."""

@@ -100,6 +100,19 @@ def identity(region: DaxRegion, device: DaxDevice, back: Backing) -> str:
     return f"{origin}:{start:#x}" if start is not None else f"{origin}:{device.chardev}"
 
 
+def region_identity(region: DaxRegion, back: Backing) -> str:
+    """A dynamic region's ledger identity when it is carved per lease: as `identity` names a
+    device, without the offset (the region is the device): the CXL memdevs' serials and where
+    each one's part starts, else the region's kernel path (this host's name only)."""
+    cxl = back.cxl_region
+    if back.memdevs and back.serials_unique and cxl is not None and all(
+            dpa is not None for dpa in back.dpa_bases):
+        heads = ",".join(f"{m.serial:#x}/{dpa:#x}"
+                         for m, dpa in zip(back.memdevs, back.dpa_bases, strict=True))
+        return f"cxl:{heads}"
+    return f"dax:{region.path}"
+
+
 def is_global(uid: str) -> bool:
     """Whether an identity names the same memory on every host that sees it (see identity)."""
     return uid.startswith("cxl:")

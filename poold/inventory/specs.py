@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from drivers.dax import chardev_path
 from drivers.emulated import EmulatedDevice
 from drivers.topology import Topology
-from poold.inventory.discovery import backing, identity, is_global
+from poold.inventory.discovery import backing, identity, is_global, region_identity
 from poold.types import DeviceKind
 
 
@@ -39,13 +40,25 @@ def spec_from_emulated(device: EmulatedDevice) -> DeviceSpec:
     )
 
 
-def specs_from_topology(topology: Topology) -> list[DeviceSpec]:
+def specs_from_topology(topology: Topology, per_lease: Collection[int] = ()
+                        ) -> list[DeviceSpec]:
     """Every enabled dax device with memory: devdax ones are leased by mapping their chardev;
     system-ram ones are tracked (same identity) so a mode change is seen as a change, not as a
-    device vanishing and another appearing."""
+    device vanishing and another appearing. A dynamic region in `per_lease` (region ids) is one
+    device instead, `daxN`, of the region's size: each of its leases gets a dax device of its
+    own (poold.daemon.regions), which is no device of the ledger's."""
     specs = []
     for region in topology.dax_regions:
         back = backing(topology, region)
+        if region.id in per_lease:
+            uid = region_identity(region, back)
+            node = next((d.target_node for d in region.devices if d.target_node is not None),
+                        None)
+            specs.append(DeviceSpec(
+                uid=uid, kind=DeviceKind.DAX_REGION, devname=f"dax{region.id}",
+                chardev=f"/dev/dax{region.id}.*", size=region.size,
+                align=region.align or 2 * 2**20, numa_node=node, host_local=not is_global(uid)))
+            continue
         for device in region.devices:
             if not device.enabled or device.size == 0:
                 continue

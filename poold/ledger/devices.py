@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 from poold.errors import Conflict, DeviceBusy, UnknownDevice
 from poold.ledger import leases
 from poold.ledger import repository as repo
-from poold.ledger.leases import Tx
 from poold.ledger.reads import devices as device_views
+from poold.ledger.tx import Tx
 from poold.ledger.views import DeviceView
 from poold.models import Device
 from poold.types import DeviceState, EventKind

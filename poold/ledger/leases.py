@@ -16,11 +16,8 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Any, NoReturn
-
-from sqlalchemy import Connection
-from sqlalchemy.orm import Session
+from datetime import timedelta
+from typing import NoReturn
 
 from poold.errors import (
     DeviceBusy,
@@ -38,7 +35,7 @@ from poold.errors import (
 )
 from poold.ledger import repository as repo
 from poold.ledger import sharing
-from poold.ledger.space import Catalog, HostSpace
+from poold.ledger.tx import Tx, scrubs_before_reuse
 from poold.ledger.views import DeviceRecord, LeaseRecord, LeaseView, PoolRecord, effective_state
 from poold.pool import ExtentAllocator
 from poold.types import (
@@ -57,84 +54,8 @@ REAP_BATCH = 500
 # Kinds leases are granted on: devdax and emulated devices are mapped through their chardev;
 # a system-ram device is a NUMA node's memory, handed to the holder as a memfd bound to that node
 # (poold.daemon.nodemem). Every kind is accounted the same way: extents of the device's size.
-MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM)
-
-
-@dataclass(slots=True, eq=False)
-class Tx:
-    """What a ledger command sees: the writer's connection inside this batch's transaction, the
-    ledger clock's reading for it, this host's in-memory space and identity, and the writer's
-    catalog snapshot (`catalog`, read on first use after being dropped).
-
-    Lease commands queue their events with `event`; `flush` writes them before the commit.
-    Commands off the hot path (registration, inventory) use `session`, an ORM session joined to
-    the same transaction; using it drops the catalog snapshot, since they change pools and devices.
-    """
-
-    conn: Connection
-    now: datetime
-    space: HostSpace
-    host_id: str
-    default_pool: str
-    orm: Session
-    snapshot: Catalog | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    session_used: bool = False
-    # Multi-host (poold.ledger.liveness): this host is fenced (grants nothing, its leases are
-    # lost); other hosts silent for lost_after_s are lost (None: never judge other hosts).
-    fenced: bool = False
-    lost_after_s: float | None = None
-    checked_claims: set[int] = field(default_factory=set)  # own claims locked in this transaction
-    # (max_bytes, max_leases) of a tenant created without quotas (Settings.default_tenant_*).
-    tenant_defaults: tuple[int | None, int | None] = (None, None)
-    # Devices an admin operation is changing in the kernel (poold.ledger.devices.hold): the
-    # writer's own set, shared by every Tx, so no grant lands on them meanwhile.
-    held: set[int] = field(default_factory=set)
-
-    @property
-    def session(self) -> Session:
-        if self.events:  # keep the audit log in command order
-            self.orm.flush()
-            self._insert_events()
-        self.session_used = True
-        self.snapshot = None
-        return self.orm
-
-    @property
-    def catalog(self) -> Catalog:
-        if self.snapshot is None:
-            if self.session_used:
-                self.orm.flush()  # what a registry command changed is part of the snapshot
-            self.snapshot = Catalog(*repo.catalog(self.conn))
-        return self.snapshot
-
-    def refresh_catalog(self) -> None:
-        """Read pools and devices again at next use (another host may have changed them)."""
-        self.snapshot = None
-
-    def event(self, kind: EventKind, actor: str, *, host_id: str | None = None,
-              device_id: int | None = None, lease_id: str | None = None,
-              **details: Any) -> None:
-        self.events.append({"at": self.now, "kind": kind.value, "actor": actor,
-                            "host_id": host_id, "device_id": device_id, "lease_id": lease_id,
-                            "details": details})
-
-    def command_done(self) -> None:
-        """After each command: write what it did through the session, drop a snapshot it may
-        have made stale."""
-        if self.session_used:
-            self.orm.flush()
-            self.session_used = False
-            self.snapshot = None
-
-    def flush(self) -> None:
-        """Write everything still pending; the writer calls this just before the commit."""
-        self.command_done()
-        self._insert_events()
-
-    def _insert_events(self) -> None:
-        repo.insert_events(self.conn, self.events)
-        self.events.clear()
+MAPPABLE_KINDS = (DeviceKind.DEVDAX, DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM,
+                  DeviceKind.DAX_REGION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +206,7 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseReco
     """A live lease just ended in the ledger (`lease` as it ended): audited, and its bytes are
     free again, or, in a pool that scrubs, kept as `scrubbing` until the daemon zeroed them
     (`finish_scrub`). Returns the lease as it is now."""
-    scrub = _pool_record(tx, lease.pool_id).scrub_on_release
+    scrub = scrubs_before_reuse(tx, _pool_record(tx, lease.pool_id), lease.device_id)
     tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
              offset=lease.offset, length=lease.length, generation=lease.generation, scrub=scrub)
     if scrub and repo.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):

@@ -110,6 +110,14 @@ def memory_leases(session: Session, now: datetime, *, host_id: str
             for x in repo.live_leases(session, host_id=host_id) if x.device_id in kinds}
 
 
+def region_leases(session: Session, now: datetime, *, host_id: str) -> list[LeaseView]:
+    """This host's leases that hold their extent on regions carved per lease."""
+    devices_ = repo.devices_by_id(session)
+    found = [x for x in repo.live_leases(session, host_id=host_id)
+             if devices_[x.device_id].kind == DeviceKind.DAX_REGION]
+    return _lease_views(session, found, now)
+
+
 def leases(session: Session, now: datetime, *, state: LeaseState | None = None,
            pool: str | None = None, tenant: str | None = None, host: str | None = None,
            limit: int = 1000) -> list[LeaseView]:
@@ -168,8 +176,11 @@ def device_extents(session: Session, device_id: int, now: datetime
 
 
 def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJob]:
-    """This host's leases waiting to be zeroed, with where their bytes are."""
+    """This host's leases waiting to be zeroed (or, on a region carved per lease, for their
+    device to go), with where their bytes are."""
     devices_ = repo.devices_by_id(session)
+    scrubs = {p.id: p.scrub_on_release for p in repo.list_pools(session)}
     return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
-                    length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind)
+                     length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind,
+                     zero=scrubs.get(x.pool_id, True))
             for x in repo.scrubbing_leases(session, host_id)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from poold.inventory import DeviceSpec
 from poold.ledger import repository as repo
-from poold.ledger.leases import Tx
+from poold.ledger.tx import Tx
 from poold.models import Device, Host, Pool
 from poold.types import DeviceState, EventKind, Extent, HostState
 

@@ -21,7 +21,7 @@ from datetime import timedelta
 
 from sqlalchemy import and_, bindparam, delete, exists, or_, select
 
-from poold.ledger.leases import Tx
+from poold.ledger.tx import Tx
 from poold.models import Claim, Event, Lease
 from poold.types import ClaimState, EventKind, LeaseState
 

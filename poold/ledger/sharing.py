@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from poold.ledger import repository as repo
 from poold.ledger.space import HostSpace
+from poold.ledger.tx import Tx, scrubs_before_reuse
 from poold.ledger.views import DeviceRecord, LeaseRecord
 from poold.types import EventKind, Extent, LeaseState
-
-if TYPE_CHECKING:
-    from poold.ledger.leases import Tx
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +132,7 @@ def _lost(tx: Tx, lease: LeaseRecord, reason: str, holder: str) -> None:
     if pool is None:
         tx.refresh_catalog()
         pool = tx.catalog.pool_by_id(lease.pool_id)
-    if pool is not None and pool.scrub_on_release and repo.start_scrub(
+    if pool is not None and scrubs_before_reuse(tx, pool, lease.device_id) and repo.start_scrub(
             tx.conn, lease.id, LeaseState.LOST):
         return
     tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
@@ -159,7 +156,7 @@ def _expire_others(tx: Tx, device: DeviceRecord) -> None:
                  lease_id=lease.id, offset=lease.offset, length=lease.length,
                  generation=lease.generation, expired_by=tx.host_id)
         pool = tx.catalog.pool_by_id(lease.pool_id)
-        if pool is not None and pool.scrub_on_release and repo.start_scrub(
+        if pool is not None and scrubs_before_reuse(tx, pool, device.id) and repo.start_scrub(
                 tx.conn, lease.id, LeaseState.EXPIRED):
             continue
         if lease.host_id == tx.host_id:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from poold.errors import InvalidRequest, UnknownTenant, UnknownToken
 from poold.ledger import repository as repo
-from poold.ledger.leases import Tx
+from poold.ledger.tx import Tx
 from poold.models import Tenant, Token
 from poold.security import new_token, secret_digest
 from poold.types import EventKind, Role

@@ -38,7 +38,7 @@ class LeaseView:
     kind: str = DeviceKind.DEVDAX.value
     # Where an admin maps the lease's bytes: a devdax lease is its device's chardev at the
     # lease's offset; an emulated or system-ram lease is a memfd of its host's daemon at offset
-    # 0, whose path only that daemon knows (None here; api.lease_memory fills it in).
+    # 0, whose path only that daemon knows (None here; api.lease_backing fills it in).
     map_path: str | None = None
     map_offset: int = 0
 
@@ -238,3 +238,6 @@ class ScrubJob:
     length: int
     done: int
     kind: str = "devdax"  # emulated, system-ram: the bytes are a memfd of the daemon's
+    # False: the pool does not scrub, and the lease waits only for its own dax device (a region
+    # carved per lease) to be destroyed.
+    zero: bool = True

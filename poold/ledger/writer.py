@@ -39,9 +39,9 @@ from sqlalchemy.orm import Session
 from poold.errors import HostFenced, InvalidRequest, LedgerUnavailable, PooldError
 from poold.ledger import repository as repo
 from poold.ledger.clock import LedgerClock
-from poold.ledger.leases import Tx
 from poold.ledger.liveness import Liveness
 from poold.ledger.space import Catalog, HostSpace
+from poold.ledger.tx import Tx
 
 log = logging.getLogger(__name__)
 

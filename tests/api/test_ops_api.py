@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from api.app import create_app
 from api.metrics import lease_operation
 from poold.errors import LedgerUnavailable
-from poold.ledger.leases import Tx
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.types import MiB
 
 

@@ -7,6 +7,8 @@ errno the kernel would. Only the attributes poold writes are modelled:
 - dax_region/create (a new size-0 device, ENOSPC when nothing is available), dax_region/delete
   (EBUSY for a bound or sized device and for daxN.0);
 - a device's size (EBUSY while bound, EINVAL misaligned, ENOSPC past available_size) and align;
+- a device's mapping (a physical range `start-end`, hex, end inclusive: ENXIO misaligned, ENOMEM
+  outside the region or over another device's range);
 - bind, unbind, new_id, remove_id of device_dax and kmem (kmem hot-adds the memory blocks, offline);
 - memory blocks' state (online_movable and online_kernel, which set the zone valid_zones shows;
   offline; `stuck` blocks refuse to offline with EBUSY).
@@ -92,6 +94,8 @@ class FakeKernel(Sysfs):
             self._resize(parts[3], int(value, 0))
         elif parts[:3] == ["bus", "dax", "devices"] and parts[4] == "align":
             self._align(parts[3], int(value, 0))
+        elif parts[:3] == ["bus", "dax", "devices"] and parts[4] == "mapping":
+            self._mapping(parts[3], value)
         elif parts[:3] == ["bus", "dax", "drivers"]:
             getattr(self, f"_{parts[4]}")(parts[3], value)
         elif parts[:3] == ["devices", "system", "memory"] and parts[4] == "state":
@@ -177,6 +181,26 @@ class FakeKernel(Sysfs):
             mapping.mkdir()
             for attr, val in (("page_offset", 0), ("start", start), ("end", end - 1)):
                 (mapping / attr).write_text(f"{val:#x}\n" if attr != "page_offset" else "0x0\n")
+        (dev / "size").write_text(f"{size}\n")
+        self._set_available()
+
+    def _mapping(self, name: str, value: str) -> None:
+        dev = self._dev(name)
+        try:
+            first, last = (int(x, 16) for x in value.split("-"))
+        except ValueError:
+            raise _oserror(errno.EINVAL) from None
+        size = last - first + 1
+        if size <= 0 or size % self._attr(dev, "align") or (dev / "mapping0").is_dir():
+            raise _oserror(errno.ENXIO)  # the fake holds one range per device
+        region = self._attr(self.root / REGION / "dax0.0", "resource")
+        inside = region <= first and last < region + self._region_attr("size")
+        if not inside or any(s <= last and first < e for s, e in self._ranges(skip=name)):
+            raise _oserror(errno.ENOMEM)  # __request_region found it taken
+        mapping = dev / "mapping0"
+        mapping.mkdir()
+        for attr, val in (("page_offset", 0), ("start", first), ("end", last)):
+            (mapping / attr).write_text(f"{val:#x}\n")
         (dev / "size").write_text(f"{size}\n")
         self._set_available()
 

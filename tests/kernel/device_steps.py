@@ -97,10 +97,12 @@ def _node_field(node: str, name: str) -> int | None:
 
 
 def touch(lease: dict[str, Any], pattern: bytes) -> str:
-    """Map the lease's extent of the chardev, write `pattern` at both ends, read it back."""
-    fd = os.open(lease["chardev"], os.O_RDWR)
+    """Map the lease as root maps it (its map_path at map_offset), write `pattern` at both ends,
+    read it back."""
+    fd = os.open(lease["map_path"], os.O_RDWR)
     try:
-        with mmap.mmap(fd, lease["length"], mmap.MAP_SHARED, offset=lease["offset"]) as view:
+        with mmap.mmap(fd, lease["length"], mmap.MAP_SHARED,
+                       offset=lease["map_offset"]) as view:
             view[: len(pattern)] = pattern
             view[-len(pattern):] = pattern
             return (bytes(view[: len(pattern)]) + bytes(view[-len(pattern):])).decode()
@@ -146,7 +148,7 @@ def on_node(answer: dict[str, Any], pattern: bytes) -> dict[str, Any]:
 
 
 def wait_gone(devname: str, timeout_s: float = 90) -> bool:
-    """Until `daxctl list` no longer shows the device (an isolated lease's, after its end)."""
+    """Until `daxctl list` no longer shows the device (a lease's own, after its end)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         listed = json.loads(subprocess.run(["daxctl", "list", "-D"], capture_output=True,
@@ -173,6 +175,8 @@ def static(out: str) -> None:
 def main(out: str, scenario: str = "hmem") -> None:
     if scenario == "static":
         return static(out)
+    if scenario == "per-lease":
+        return per_lease(out)
     s = Steps()
     s.wait_ready()
     lease_body = {"size": 8 * MiB, "ttl_s": 600, "device": "dax0.1"}
@@ -218,15 +222,71 @@ def main(out: str, scenario: str = "hmem") -> None:
     again = s.step("lease after", "POST", "/v1/leases",
                    {**lease_body, "device": "dax0.3"})["answer"]
     s.record[-1]["readback"] = touch(again, b"back-from-kmem")
-    # An isolated pool ("private" = region 0): the lease gets a device of its own.
-    iso = s.step("isolated lease", "POST", "/v1/leases",
-                 {"size": 63 * MiB, "ttl_s": 600, "pool": "private"})["answer"]
-    s.record[-1]["readback"] = touch(iso, b"isolated-lease")
-    s.step("release isolated", "DELETE", f"/v1/leases/{iso['id']}")
-    s.record[-1]["final"] = s.wait_final(iso["id"])
-    s.record[-1]["gone"] = wait_gone(iso["device"])
-    s.step("after isolated", "GET", "/v1/events?limit=1000")
     kernel_ebusy(s)
+    Path(out).write_text(json.dumps(s.record))
+
+
+# A holder of a lease on a region carved per lease, in a process of its own: maps the lease
+# through fd.sock, writes its pattern, tries to map past the lease, says so, then (on a line
+# from stdin) reads its mapping again: after the lease's device was destroyed, that faults.
+HOLDER = """
+import json, mmap, os, sys
+from poold.client.fdsocket import receive_fd
+passed = receive_fd(sys.argv[1], sys.argv[2], sys.argv[3])
+view = mmap.mmap(passed.fd, passed.length, mmap.MAP_SHARED, offset=passed.map_offset)
+view[:12] = b"holder-bytes"
+try:
+    mmap.mmap(passed.fd, passed.length + (2 << 20), mmap.MAP_SHARED).close()
+    beyond = "mapped"
+except (OSError, ValueError) as exc:
+    beyond = type(exc).__name__
+print(json.dumps({"map_offset": passed.map_offset, "beyond": beyond}), flush=True)
+sys.stdin.readline()
+print(json.dumps({"read": bytes(view[:12]).decode()}), flush=True)
+"""
+
+
+def per_lease(out: str) -> None:
+    """The default for a dynamic region: carved per lease. Grant latency beside the emulated
+    device's; a holder's descriptor reaches its lease only; revoking the lease destroys its
+    device and the holder's next access faults; the next lease there reads zeros."""
+    s = Steps()
+    s.wait_ready()
+    s.record.append({"step": "start", "after": s.state()})
+    timings: dict[str, list[float]] = {}
+    for device in ("dax0", "emu0"):
+        for _ in range(8):
+            started = time.perf_counter()
+            answer = s.http.post("/v1/leases", json={"size": 2 * MiB, "device": device})
+            timings.setdefault(device, []).append(time.perf_counter() - started)
+            assert answer.status_code == 201, answer.text
+            s.http.delete(f"/v1/leases/{answer.json()['id']}")
+            s.wait_final(answer.json()["id"])
+    s.record.append({"step": "grant latency", "seconds": timings})
+    lease = s.step("lease", "POST", "/v1/leases",
+                   {"size": 64 * MiB, "ttl_s": 600, "device": "dax0"})["answer"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, FD_SOCKET, lease["id"],
+                               lease["token"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdin is not None and holder.stdout is not None
+    s.record[-1]["holder"] = json.loads(holder.stdout.readline())
+    s.record[-1]["kernel"] = s.state()["daxctl"]
+    s.step("revoke", "POST", f"/v1/leases/{lease['id']}/revoke")
+    s.record[-1]["final"] = s.wait_final(lease["id"])
+    s.record[-1]["gone"] = wait_gone(lease["map_path"].removeprefix("/dev/"))
+    holder.stdin.write("read\n")
+    holder.stdin.flush()
+    s.record[-1]["holder_read"] = holder.stdout.readline()
+    s.record[-1]["holder_status"] = holder.wait(60)
+    again = s.step("next lease", "POST", "/v1/leases",
+                   {"size": 64 * MiB, "ttl_s": 600, "device": "dax0"})["answer"]
+    fd = os.open(again["map_path"], os.O_RDWR)
+    try:
+        with mmap.mmap(fd, again["length"], mmap.MAP_SHARED) as view:
+            s.record[-1]["zeros"] = view[:] == bytes(again["length"])
+    finally:
+        os.close(fd)
+    s.step("events", "GET", "/v1/events?limit=1000")
     Path(out).write_text(json.dumps(s.record))
 
 

@@ -30,6 +30,16 @@ renewed_since() {  # MARK: nobody's lease was renewed after the time in $OUT/MAR
       END { exit !n }' "$OUT/hold.jsonl"
 }
 
+# The device operations below carve the hmem region by hand: list it in manual_regions (a
+# drop-in: the README's way to change a setting), else poold carves it per lease (the default,
+# tests/kernel/test_device_ops.py). The daemon the README started emptied dax0.0 doing that.
+mkdir -p /etc/systemd/system/poold.service.d
+printf '[Service]\nEnvironment=POOLD_MANUAL_REGIONS=["dax0"]\n' \
+    > /etc/systemd/system/poold.service.d/manual.conf
+systemctl daemon-reload
+systemctl restart poold
+until_true 120 systemctl is-active -q poold
+
 svc started; ready started
 stat -c '%a %U %n' /var/lib/poold /var/lib/poold/admin.token /run/poold /run/poold/api.sock \
     /run/poold/fd.sock > "$OUT/stat.txt" 2>&1
@@ -55,8 +65,7 @@ mapped() { grep -q '"mapped"' "$OUT/hold.jsonl" || ! kill -0 "$holder" 2>/dev/nu
 until_true 240 mapped
 op to-devdax POST /v1/devices/dax0.1/reconfigure '{"mode": "devdax"}'
 
-# A drop-in (the README's way to change a setting), taken by the restart.
-mkdir -p /etc/systemd/system/poold.service.d
+# A drop-in, taken by the restart.
 printf '[Service]\nWatchdogSec=%ss\n' "$WATCHDOG" \
     > /etc/systemd/system/poold.service.d/watchdog.conf
 systemctl daemon-reload

@@ -21,8 +21,9 @@ from sqlalchemy import create_engine, event, text
 from poold import errors
 from poold.ledger import leases, reads, registry
 from poold.ledger.fsck import fsck
-from poold.ledger.leases import GrantRequest, Tx
+from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.types import LeaseState, MiB
 from tests.conftest import LedgerFactory, emulated_spec
