@@ -98,6 +98,9 @@ class Device(BaseModel):
     scrubbing_bytes: int = Field(description="Held by ended leases being zeroed.")
     free_bytes: int
     live_leases: int
+    tenant_scope: str | None = Field(
+        default=None, description="A devdax device handed out whole, outside a trusted pool: "
+        "the tenant whose leases it serves ('' for leases of no tenant); null when free.")
 
 
 class Pool(BaseModel):
@@ -116,6 +119,8 @@ class Pool(BaseModel):
     max_ttl_s: int
     max_lease_size: int | None
     scrub_on_release: bool
+    trusted: bool = Field(default=False, description="Its tenants share devices handed out "
+                          "whole (trusted_pools).")
 
 
 class Event(BaseModel):

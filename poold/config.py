@@ -194,6 +194,14 @@ class Settings(BaseSettings):
         "`scrubbing` meanwhile) before anyone else can be granted them. Only for a pool that one "
         "tenant uses alone, to save the zeroing.",
     )
+    trusted_pools: list[str] = Field(
+        default_factory=list,
+        description="Pools whose tenants trust each other with their bytes: a devdax device "
+        "there that is not carved per lease (a static namespace, a region carved by hand) "
+        "serves every tenant's leases at once, each holder handed the whole device. In every "
+        "other pool such a device serves one tenant at a time (its first lease's, until an "
+        "admin frees it: `poold device unbind-tenant`).",
+    )
     manual_regions: list[str] = Field(
         default_factory=list,
         description="Globs on dynamic dax regions' names (daxN) that an admin carves by hand "

@@ -119,6 +119,13 @@ class DeviceBusy(Conflict):
     answered EBUSY: drain it and let the leases end, or revoke them, then retry."""
 
 
+class DeviceBound(Conflict):
+    """The device asked for, handed to its holders whole, serves another tenant's leases: a
+    descriptor of it reaches every byte of it, so it serves one tenant at a time (unless its
+    pool is trusted). Another device, or an admin freeing it once that tenant's leases ended
+    (`poold device unbind-tenant`), may serve the grant."""
+
+
 class DeviceDraining(Conflict):
     """The device asked for is draining: it takes no new lease until an admin undrains it (its
     live leases run on). Another device of the pool, or no `device` hint, may serve the grant."""

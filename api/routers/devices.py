@@ -1,4 +1,5 @@
-"""/v1/devices admin operations: create, destroy, resize, reconfigure, drain, undrain (admins only).
+"""/v1/devices admin operations: create, destroy, resize, reconfigure, drain, undrain, and freeing
+a device from the tenant it serves (admins only).
 
 Each route hands its request to the daemon's `DeviceAdmin` (app.state.device_admin) and answers
 with what the operation did: the device as the ledger has it and as the kernel shows it. Refusals
@@ -10,22 +11,26 @@ work blocks on sysfs and the ledger writer, so it runs in a worker thread.
 from __future__ import annotations
 
 from dataclasses import asdict
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from api.auth import AdminDep
+from api.deps import LedgerDep
 from api.device_admin import DeviceAdmin, DeviceOutcome, Mode
 from api.errors import ERROR_RESPONSES
 from api.schemas import Device
-from poold.errors import Conflict
+from poold.errors import Conflict, UnknownDevice
+from poold.ledger import devices
 from poold.types import MAX_BYTES
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=ERROR_RESPONSES)
 
-DevName = Annotated[str, Path(pattern=r"^dax\d+\.\d+$", max_length=32,
-                              description="A dax device, as daxctl names it: dax0.1")]
+DevName = Annotated[str, Path(pattern=r"^dax\d+(\.\d+)?$", max_length=32,
+                              description="A dax device, as daxctl names it (dax0.1), or a "
+                              "region poold carves per lease (dax0)")]
 
 
 class CreateDevice(BaseModel):
@@ -114,3 +119,15 @@ def drain_device(devname: DevName, request: Request, admin: AdminDep) -> DeviceC
 @router.post("/{devname}/undrain")
 def undrain_device(devname: DevName, request: Request, admin: AdminDep) -> DeviceChange:
     return _answer(_admin(request).undrain(devname, admin.actor))
+
+
+@router.delete("/{devname}/tenant")
+def unbind_tenant(devname: DevName, ledger: LedgerDep, admin: AdminDep) -> Device:
+    """Free a device handed out whole from the tenant whose leases it serves (refused while
+    they hold bytes there): its next lease binds it anew. What that tenant's processes still
+    hold of it (a descriptor, a mapping) the kernel cannot take back from a static device."""
+    ledger.run(partial(devices.unbind_tenant, devname=devname, actor=admin.actor))
+    view = ledger.read(lambda s, now: devices.view(s, now, ledger.host_id, devname))
+    if view is None:
+        raise UnknownDevice(f"no device {devname!r}")
+    return Device.model_validate(asdict(view))

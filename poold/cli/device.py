@@ -5,6 +5,7 @@
     poold device resize dax0.1 512MiB
     poold device reconfigure dax0.1 --mode system-ram|devdax
     poold device drain dax0.1 / poold device undrain dax0.1
+    poold device unbind-tenant dax1.0
 
 Each prints the API's answer (the device as the ledger and the kernel have it after the change) as
 JSON; a refusal prints `{"error", "detail"}` on stderr and exits 1, like every other command.
@@ -62,7 +63,10 @@ def add_commands(sub: Any, api_options: Options, client: ClientFor) -> None:
                     lambda a: ("POST", f"/v1/devices/{a.dev}/drain", None))
     undrain = command("undrain", "leasable again",
                       lambda a: ("POST", f"/v1/devices/{a.dev}/undrain", None))
-    for parser in (destroy, resize, reconfigure, drain, undrain):
+    unbind = command("unbind-tenant", "free a device handed out whole from the tenant it serves "
+                     "(none of its leases left)",
+                     lambda a: ("DELETE", f"/v1/devices/{a.dev}/tenant", None))
+    for parser in (destroy, resize, reconfigure, drain, undrain, unbind):
         parser.add_argument("dev", help="dax device, e.g. dax0.1")
     resize.add_argument("size", type=parse_size, help="new size, e.g. 512MiB (0 empties it)")
     reconfigure.add_argument("--mode", choices=["system-ram", "devdax"], required=True)

@@ -187,8 +187,11 @@ class Daemon:
         if s.discover_dax:
             try:
                 topology = scan(s.sysfs_root)
-                per_lease = (self.regions.per_lease(topology.dax_regions)
-                             if self.regions is not None else set())
+                per_lease: set[int] = set()
+                if self.regions is not None:
+                    per_lease, changed = self.regions.per_lease(topology.dax_regions)
+                    if changed:  # a region's first device was emptied: what sysfs says now
+                        topology = scan(s.sysfs_root)
                 if self.ops is not None:
                     self.ops.per_lease = per_lease
                 self._dax_regions = topology.dax_regions
@@ -257,7 +260,8 @@ class Daemon:
         pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
             name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
-        )) for name in (s.default_pool, *s.device_pools.values())}
+            trusted=name in s.trusted_pools,
+        )) for name in (s.default_pool, *s.device_pools.values(), *s.trusted_pools)}
 
         def pool_for(spec: DeviceSpec) -> Pool:
             for pattern, name in s.device_pools.items():

@@ -64,11 +64,12 @@ class RegionLeases:
 
     # ------------------------------------------------------------------ which regions
 
-    def per_lease(self, regions: Sequence[DaxRegion]) -> set[int]:
-        """The dynamic regions carved per lease from now on (call under DeviceOps' lock: it
-        shrinks the first device of a pristine region to 0)."""
+    def per_lease(self, regions: Sequence[DaxRegion]) -> tuple[set[int], bool]:
+        """The dynamic regions carved per lease from now on, and whether sysfs changed meanwhile
+        (call under DeviceOps' lock: it empties the first device of a pristine region)."""
         ledger = {d.devname: d for d in self._ops.ledger.read(reads.devices)}
-        chosen = set()
+        chosen: set[int] = set()
+        changed = False
         for region in regions:
             name = f"dax{region.id}"
             if not region.dynamic or any(fnmatch(name, glob) for glob in self._manual):
@@ -76,30 +77,37 @@ class RegionLeases:
             known = ledger.get(name)
             before = (known is not None and known.kind == DeviceKind.DAX_REGION
                       and known.state != DeviceState.MISSING)
-            if before or self._make_pristine(region, ledger):
+            if before:
                 chosen.add(region.id)
+                continue
+            pristine = self._make_pristine(region, ledger)
+            if pristine is not None:
+                chosen.add(region.id)
+                changed = changed or pristine
             elif region.id not in self._unmanaged_logged:
                 self._unmanaged_logged.add(region.id)
                 log.warning("regions.carved_by_hand region=%s devices=%s: it holds devices poold "
                             "did not make; they are leased device by device", name,
                             [d.chardev for d in region.devices if d.size])
-        return chosen
+        return chosen, changed
 
-    def _make_pristine(self, region: DaxRegion, ledger: dict[str, DeviceView]) -> bool:
+    def _make_pristine(self, region: DaxRegion, ledger: dict[str, DeviceView]) -> bool | None:
+        """None: the region is not pristine (and was left as it is); else whether its first
+        device had to be emptied for it to be."""
         sized = [d for d in region.devices if d.size]
         seed = f"dax{region.id}.0"
         if not sized:
-            return True
-        if [d.chardev for d in sized] != [seed] or sized[0].mode != "devdax":
             return False
+        if [d.chardev for d in sized] != [seed] or sized[0].mode != "devdax":
+            return None
         held = ledger.get(seed)
         if held is not None and (held.live_leases or held.scrubbing_bytes):
-            return False  # leased as it is: carved per lease once those leases are over
+            return None  # leased as it is: carved per lease once those leases are over
         try:
             self._ops.dax.resize_device(seed, 0)
         except DriverFailure as exc:
             log.warning("regions.seed_not_emptied dev=%s error=%s", seed, exc)
-            return False
+            return None
         log.info("regions.carved_per_lease region=dax%s size=%s (emptied %s)", region.id,
                  region.size, seed)
         return True
@@ -108,28 +116,39 @@ class RegionLeases:
 
     def make(self, view: LeaseView) -> Made:
         """The device of a lease just granted on a region carved per lease."""
-        region_id = int(view.device.removeprefix("dax"))
+        return self._make(view.id, int(view.device.removeprefix("dax")), view.offset,
+                          view.length, view.align)
+
+    def made_for_scrub(self, lease_id: str, region_id: int, offset: int, length: int) -> str:
+        """The device of an ended lease whose bytes must be zeroed, made again over its range
+        where it is gone (a reboot, a crash before its scrub): what it held must not reach the
+        next lease there."""
+        align = self._ops.dax.region(region_id).align or 2 << 20
+        return self._make(lease_id, region_id, offset, length, align).devname
+
+    def _make(self, lease_id: str, region_id: int, offset: int, length: int,
+              align: int) -> Made:
         with self._ops.lock:
-            made = self._made.get(view.id)
-            if made is not None:  # an idempotent replay
+            made = self._made.get(lease_id)
+            if made is not None:  # an idempotent replay, or made already
                 return made
             region = self._ops.dax.region(region_id)
             if region.start is None:
                 raise errors.DriverError(f"dax region {region_id}: its start is unknown")
-            start = region.start + view.offset
+            start = region.start + offset
             began = time.perf_counter()
             try:
-                device = self._ops.dax.create_device_at(region_id, start, view.length, view.align)
+                device = self._ops.dax.create_device_at(region_id, start, length, align)
             except KernelRefused as exc:
                 if exc.errno in (errno.ENOMEM, errno.ENOSPC, errno.EBUSY):
-                    raise errors.NoCapacity(f"lease {view.id}: {exc}") from exc
+                    raise errors.NoCapacity(f"lease {lease_id}: {exc}") from exc
                 raise translate(exc) from exc
             except DriverFailure as exc:
                 raise translate(exc) from exc
-            made = Made(device.chardev, region_id, start, view.length)
-            self._made[view.id] = made
-        log.info("regions.device_made lease=%s dev=%s bytes=%s seconds=%.3f", view.id,
-                 made.devname, view.length, time.perf_counter() - began)
+            made = Made(device.chardev, region_id, start, length)
+            self._made[lease_id] = made
+        log.info("regions.device_made lease=%s dev=%s bytes=%s seconds=%.3f", lease_id,
+                 made.devname, length, time.perf_counter() - began)
         return made
 
     def device_of(self, lease_id: str) -> str | None:

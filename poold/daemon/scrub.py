@@ -28,7 +28,7 @@ from functools import partial
 from api.metrics import Metrics
 from poold.daemon.leasemem import LeaseMemory
 from poold.daemon.regions import RegionLeases
-from poold.errors import UnknownLease
+from poold.errors import PooldError, UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import ScrubJob
@@ -50,16 +50,21 @@ class Scrubber:
         self._metrics = metrics
         self._memory = memory
         self._regions = regions
-        self._carved: set[str] = set()  # leases of regions carved per lease seen this pass
 
     def run_once(self) -> int:
         """Scrub every lease of this host that waits for it; returns how many were freed."""
         if self._memory is not None:
             self._memory.sweep(self._holds)
         done: list[str] = []
-        self._carved.clear()
-        jobs = [self._on_its_device(job) for job in self._ledger.read(
-            partial(reads.scrubbing, host_id=self._ledger.host_id))]
+        jobs = []
+        carved = set()  # leases of regions carved per lease: their devices go once zeroed
+        for waiting in self._ledger.read(partial(reads.scrubbing, host_id=self._ledger.host_id)):
+            if waiting.kind == DeviceKind.DAX_REGION:
+                carved.add(waiting.lease_id)
+            try:
+                jobs.append(self._on_its_device(waiting))
+            except PooldError as exc:  # no device to zero it through yet: the next pass
+                log.warning("scrub.no_device lease=%s error=%s", waiting.lease_id, exc)
         ends: dict[str, int] = {}  # per device, the furthest byte this pass zeroes
         for job in jobs:
             if job.kind != DeviceKind.DEVDAX or not job.zero:
@@ -81,7 +86,7 @@ class Scrubber:
         # A region's per-lease device goes once zeroed (and unmapped: the pass's mappings are
         # closed): its holder's mappings fault from now on, and a new device can be made there.
         if self._regions is not None:
-            done = [i for i in done if i not in self._carved or self._regions.unmake(i)]
+            done = [i for i in done if i not in carved or self._regions.unmake(i)]
         finished = set(done)  # what failed is tried again at the next pass
         self._metrics.scrub_remaining.set(sum(
             job.length - job.done for job in jobs if job.lease_id not in finished))
@@ -93,11 +98,14 @@ class Scrubber:
 
     def _on_its_device(self, job: ScrubJob) -> ScrubJob:
         """A lease of a region carved per lease is zeroed through its own dax device (a devdax
-        job at offset 0 of it); with none left (a reboot took it) there is nothing to zero."""
-        if job.kind != DeviceKind.DAX_REGION:
+        job at offset 0 of it), made again over its range where it is gone (a reboot took it:
+        its bytes may still be in that memory)."""
+        if job.kind != DeviceKind.DAX_REGION or self._regions is None:
             return job
-        self._carved.add(job.lease_id)
-        devname = self._regions.device_of(job.lease_id) if self._regions is not None else None
+        devname = self._regions.device_of(job.lease_id)
+        if devname is None and job.zero:
+            region = int(job.chardev.removeprefix("/dev/dax").partition(".")[0])
+            devname = self._regions.made_for_scrub(job.lease_id, region, job.offset, job.length)
         if devname is None:
             return replace(job, kind=DeviceKind.DEVDAX.value, zero=False)
         return replace(job, kind=DeviceKind.DEVDAX.value, chardev=f"/dev/{devname}", offset=0)

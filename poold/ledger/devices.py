@@ -74,6 +74,23 @@ def undrain(tx: Tx, devname: str, actor: str) -> None:
                        host_id=tx.host_id, device_id=device.id, devname=devname)
 
 
+def unbind_tenant(tx: Tx, devname: str, actor: str) -> None:
+    """Free a device handed out whole from the tenant it serves, once none of its leases holds
+    bytes there; its next lease binds it anew. Idempotent. (What the tenant's processes still
+    hold of it, a descriptor or a mapping, the kernel cannot take back from a static device: free
+    it when they are gone.)"""
+    device = _device(tx, devname)
+    live = repo.holding_leases_on_device(tx.session, device.id)
+    if live:
+        raise DeviceBusy(f"{devname} holds {len(live)} live lease(s) of "
+                         f"{device.tenant_scope or 'no tenant'}: let them end, or revoke them")
+    if device.tenant_scope is not None:
+        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor=actor,
+                       host_id=tx.host_id, device_id=device.id, devname=devname,
+                       changed={"tenant_scope": None}, was=device.tenant_scope)
+        device.tenant_scope = None
+
+
 def hold(tx: Tx, devname: str, actor: str, operation: str) -> Held:
     """Refuse (DeviceBusy) if a lease holds bytes on the device (live, or still being scrubbed
     after its end); else hold it (tx.held) until `finish` or `give_back`. Writes nothing but

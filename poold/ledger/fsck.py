@@ -16,8 +16,8 @@ from itertools import pairwise
 from sqlalchemy.orm import Session
 
 from poold.ledger import repository as repo
-from poold.models import Claim, Device, Lease
-from poold.types import HOLDING_STATES, ClaimState, EventKind, LeaseState
+from poold.models import Claim, Device, Lease, Pool
+from poold.types import HOLDING_STATES, ClaimState, DeviceKind, EventKind, LeaseState
 
 # Which event must exist for a lease in each state (invariant 7).
 _EVENT_FOR_STATE = {
@@ -52,6 +52,7 @@ def fsck(session: Session, now: datetime) -> FsckReport:
     _check_extents(report, devices, "lease", live)
     _check_leases_inside_claims(report, live, {c.id: c for c in claims})
     _check_events(report, session, leases)
+    _check_tenant_scopes(report, devices, live, repo.pools_by_id(session))
     for lease in live:
         if lease.state == LeaseState.ACTIVE and lease.expires_at <= now:
             report.warnings.append(f"lease {lease.id} expired at {lease.expires_at} "
@@ -97,6 +98,21 @@ def _check_leases_inside_claims(report: FsckReport, live: list[Lease],
         elif not (claim.offset <= lease.offset
                   and lease.offset + lease.length <= claim.offset + claim.length):
             report.violations.append(f"lease {lease.id} sticks out of claim {claim.id}")
+
+
+def _check_tenant_scopes(report: FsckReport, devices: dict[int, Device], live: list[Lease],
+                         pools: dict[int, Pool]) -> None:
+    """Invariant 8 for devices handed out whole: outside a trusted pool, the live leases of one
+    are its tenant's alone."""
+    for device_id, device in devices.items():
+        pool = pools.get(device.pool_id)
+        if device.kind != DeviceKind.DEVDAX or pool is None or pool.trusted:
+            continue
+        scopes = {x.tenant or "" for x in live if x.device_id == device_id}
+        if len(scopes) > 1 or (scopes and device.tenant_scope not in scopes):
+            report.violations.append(
+                f"{device.devname} serves {device.tenant_scope!r} but holds live leases of "
+                f"{sorted(scopes)}: one tenant's bytes reachable by another")
 
 
 def _check_events(report: FsckReport, session: Session, leases: Sequence[Lease]) -> None:

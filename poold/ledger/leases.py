@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import NoReturn
 
 from poold.errors import (
+    DeviceBound,
     DeviceBusy,
     DeviceDraining,
     HostFenced,
@@ -111,6 +112,8 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     if placed is None:
         raise NoCapacity(f"no free extent of {request.size} bytes in pool {pool.name!r} now")
     device, claim_id, extent = placed
+    if not pool.trusted and hands_whole(device) and device.tenant_scope is None:
+        _bind(tx, device, request, claim_id, extent)
     if request.tenant is not None:
         try:
             _check_quota(tx, request.tenant, extent.length)
@@ -267,6 +270,30 @@ def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord
     return lease
 
 
+def tenant_scope(tenant: str | None) -> str:
+    """Whose a device handed out whole is: its tenant, '' for leases of no tenant."""
+    return tenant or ""
+
+
+def hands_whole(device: DeviceRecord) -> bool:
+    """A devdax device's holders are handed the whole device (not memory made for the lease)."""
+    return device.kind == DeviceKind.DEVDAX
+
+
+def _bind(tx: Tx, device: DeviceRecord, request: GrantRequest, claim_id: int,
+          extent: Extent) -> None:
+    """The first lease on a free device handed out whole: the device is its tenant's from now
+    on, in the WHERE clause (another host may have bound it first: then this grant is refused)."""
+    scope = tenant_scope(request.tenant)
+    if not repo.bind_device(tx.conn, device.id, scope):
+        tx.space.free(claim_id, extent)
+        tx.refresh_catalog()
+        raise DeviceBound(f"{device.devname} was just bound to another tenant's leases")
+    tx.event(EventKind.DEVICE_CHANGED, request.actor, host_id=tx.host_id, device_id=device.id,
+             devname=device.devname, changed={"tenant_scope": scope})
+    tx.refresh_catalog()  # the snapshot's device does not say so yet
+
+
 def _check_quota(tx: Tx, tenant: str, length: int) -> None:
     """Refuse a grant that would take the tenant past a quota. The tenant's row stays locked
     to the end of the transaction, so grants on other hosts wait rather than both pass. A
@@ -325,7 +352,18 @@ def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
     usable = [(d, n) for d, n in fitting if d.state == DeviceState.ONLINE and d.id not in tx.held]
     if not usable:
         _refuse_unplaceable(tx, pool, request, [d for d, _n in fitting])
-    return usable
+    if pool.trusted:
+        return usable
+    scope = tenant_scope(request.tenant)
+    mine = [(d, n) for d, n in usable if not hands_whole(d) or d.tenant_scope in (None, scope)]
+    if not mine:
+        owners = ", ".join(f"{d.devname} ({d.tenant_scope or 'no tenant'})" for d, _n in usable)
+        raise DeviceBound(f"{owners} in pool {pool.name!r} serve(s) another tenant's leases: a "
+                          "device handed out whole serves one tenant at a time (a trusted pool "
+                          "shares it); an admin frees one with `poold device unbind-tenant` "
+                          "once that tenant's leases ended")
+    # What needs no new binding first: memory made per lease, devices bound to this tenant.
+    return sorted(mine, key=lambda x: hands_whole(x[0]) and x[0].tenant_scope is None)
 
 
 def _refuse_unplaceable(tx: Tx, pool: PoolRecord, request: GrantRequest,

@@ -46,6 +46,7 @@ def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
         claimed_bytes=claimed_bytes, leased_bytes=leased_bytes,
         scrubbing_bytes=scrubbing.get(device.id, (0, 0))[0],
         free_bytes=device.size - claimed_bytes, live_leases=live,
+        tenant_scope=device.tenant_scope,
     )
 
 
@@ -69,6 +70,7 @@ def pools(session: Session, now: datetime) -> list[PoolView]:
             live_leases=sum(d.live_leases for d in members), claim_slice=pool.claim_slice,
             default_ttl_s=pool.default_ttl_s, max_ttl_s=pool.max_ttl_s,
             max_lease_size=pool.max_lease_size, scrub_on_release=pool.scrub_on_release,
+            trusted=pool.trusted,
         ))
     return views
 

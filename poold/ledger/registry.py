@@ -28,6 +28,7 @@ class PoolPolicy:
     max_ttl_s: int
     max_lease_size: int | None = None
     scrub_on_release: bool = True  # the safe default: see Settings.unscrubbed_pools
+    trusted: bool = False  # the safe default: see Settings.trusted_pools
 
 
 def register_host(tx: Tx, name: str) -> None:
@@ -51,7 +52,7 @@ def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
     fields = {
         "claim_slice": policy.claim_slice, "default_ttl_s": policy.default_ttl_s,
         "max_ttl_s": policy.max_ttl_s, "max_lease_size": policy.max_lease_size,
-        "scrub_on_release": policy.scrub_on_release,
+        "scrub_on_release": policy.scrub_on_release, "trusted": policy.trusted,
     }
     if pool is None:
         pool = Pool(name=policy.name, created_at=tx.now, **fields)

@@ -24,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -73,6 +74,10 @@ def list_devices(session: Session, pool_id: int | None = None) -> Sequence[Devic
     if pool_id is not None:
         query = query.where(Device.pool_id == pool_id)
     return session.scalars(query).all()
+
+
+def pools_by_id(session: Session) -> dict[int, Pool]:
+    return {pool.id: pool for pool in session.scalars(select(Pool))}
 
 
 def devices_by_id(session: Session) -> dict[int, Device]:
@@ -222,6 +227,18 @@ def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord]]:
     """Every pool and device, for the writer's cached snapshot."""
     pools = [PoolRecord(*row) for row in conn.execute(_SELECT_POOLS)]
     return pools, [DeviceRecord(*row) for row in conn.execute(_ALL_DEVICES)]
+
+
+_BIND_DEVICE = (update(_DEVICES)
+                .where(_DEVICES.c.id == bindparam("device_id"),
+                       or_(_DEVICES.c.tenant_scope.is_(None),
+                           _DEVICES.c.tenant_scope == bindparam("scope")))
+                .values(tenant_scope=bindparam("scope")))
+
+
+def bind_device(conn: Connection, device_id: int, scope: str) -> bool:
+    """The device serves `scope`'s leases from now on, unless it already serves another's."""
+    return conn.execute(_BIND_DEVICE, {"device_id": device_id, "scope": scope}).rowcount == 1
 
 
 def lock_device(conn: Connection, device_id: int) -> DeviceRecord:

@@ -92,6 +92,7 @@ class PoolRecord:
     max_ttl_s: int
     max_lease_size: int | None
     scrub_on_release: bool
+    trusted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class DeviceRecord:
     align: int
     numa_node: int | None
     state: str
+    tenant_scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,7 @@ class DeviceView:
     scrubbing_bytes: int
     free_bytes: int
     live_leases: int
+    tenant_scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,7 @@ class PoolView:
     max_ttl_s: int
     max_lease_size: int | None
     scrub_on_release: bool
+    trusted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

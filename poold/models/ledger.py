@@ -35,6 +35,9 @@ class Pool(Base):
     max_ttl_s: Mapped[int] = mapped_column(Integer)
     max_lease_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     scrub_on_release: Mapped[bool] = mapped_column(Boolean)
+    # Its tenants trust each other with their bytes: a device that is not carved per lease
+    # serves all of them at once (else one tenant at a time: Device.tenant_scope).
+    trusted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
@@ -52,6 +55,10 @@ class Device(Base):
     align: Mapped[int] = mapped_column(BigInteger)
     numa_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
     state: Mapped[str] = mapped_column(String(16))
+    # A devdax device handed out whole, in a pool that is not trusted, serves the leases of one
+    # tenant at a time: that tenant ('' for leases of no tenant), from its first lease until an
+    # admin frees it. None: free.
+    tenant_scope: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 

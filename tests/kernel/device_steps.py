@@ -230,16 +230,23 @@ def main(out: str, scenario: str = "hmem") -> None:
 # through fd.sock, writes its pattern, tries to map past the lease, says so, then (on a line
 # from stdin) reads its mapping again: after the lease's device was destroyed, that faults.
 HOLDER = """
-import json, mmap, os, sys
+import json, mmap, os, signal, sys
 from poold.client.fdsocket import receive_fd
 passed = receive_fd(sys.argv[1], sys.argv[2], sys.argv[3])
 view = mmap.mmap(passed.fd, passed.length, mmap.MAP_SHARED, offset=passed.map_offset)
 view[:12] = b"holder-bytes"
+# Past the lease: a dax device's mmap takes any length, the fault past its end is SIGBUS.
 try:
-    mmap.mmap(passed.fd, passed.length + (2 << 20), mmap.MAP_SHARED).close()
-    beyond = "mapped"
+    bigger = mmap.mmap(passed.fd, passed.length + (2 << 20), mmap.MAP_SHARED)
 except (OSError, ValueError) as exc:
     beyond = type(exc).__name__
+else:
+    child = os.fork()
+    if child == 0:
+        bigger[passed.length]  # one byte past the lease
+        os._exit(0)
+    _pid, status = os.waitpid(child, 0)
+    beyond = "read" if os.WIFEXITED(status) else signal.Signals(os.WTERMSIG(status)).name
 print(json.dumps({"map_offset": passed.map_offset, "beyond": beyond}), flush=True)
 sys.stdin.readline()
 print(json.dumps({"read": bytes(view[:12]).decode()}), flush=True)
@@ -270,7 +277,8 @@ def per_lease(out: str) -> None:
                               text=True)
     assert holder.stdin is not None and holder.stdout is not None
     s.record[-1]["holder"] = json.loads(holder.stdout.readline())
-    s.record[-1]["kernel"] = s.state()["daxctl"]
+    mapped = subprocess.run(["daxctl", "list", "-D", "-M"], capture_output=True, text=True)
+    s.record[-1]["kernel"] = json.loads(mapped.stdout or "[]")
     s.step("revoke", "POST", f"/v1/leases/{lease['id']}/revoke")
     s.record[-1]["final"] = s.wait_final(lease["id"])
     s.record[-1]["gone"] = wait_gone(lease["map_path"].removeprefix("/dev/"))

@@ -30,13 +30,11 @@ renewed_since() {  # MARK: nobody's lease was renewed after the time in $OUT/MAR
       END { exit !n }' "$OUT/hold.jsonl"
 }
 
-# The device operations below carve the hmem region by hand: list it in manual_regions (a
-# drop-in: the README's way to change a setting), else poold carves it per lease (the default,
-# tests/kernel/test_device_ops.py). The daemon the README started emptied dax0.0 doing that.
-mkdir -p /etc/systemd/system/poold.service.d
-printf '[Service]\nEnvironment=POOLD_MANUAL_REGIONS=["dax0"]\n' \
-    > /etc/systemd/system/poold.service.d/manual.conf
-systemctl daemon-reload
+# The device operations below carve the hmem region by hand: list it in manual_regions in the
+# config, else poold carves it per lease (the default, tests/kernel/test_device_ops.py). The
+# daemon the README started emptied dax0.0 doing that.
+sed -i 's/^#manual_regions = .*/manual_regions = ["dax0"]/' /etc/poold/poold.toml
+grep -q '^manual_regions = \["dax0"\]' /etc/poold/poold.toml || exit 1
 systemctl restart poold
 until_true 120 systemctl is-active -q poold
 
@@ -65,7 +63,8 @@ mapped() { grep -q '"mapped"' "$OUT/hold.jsonl" || ! kill -0 "$holder" 2>/dev/nu
 until_true 240 mapped
 op to-devdax POST /v1/devices/dax0.1/reconfigure '{"mode": "devdax"}'
 
-# A drop-in, taken by the restart.
+# A drop-in (the README's way to change a setting), taken by the restart.
+mkdir -p /etc/systemd/system/poold.service.d
 printf '[Service]\nWatchdogSec=%ss\n' "$WATCHDOG" \
     > /etc/systemd/system/poold.service.d/watchdog.conf
 systemctl daemon-reload

@@ -194,8 +194,9 @@ def test_each_lease_its_own_device_whose_end_faults_old_mappings(
     assert device["size"] == 64 * MiB and device["mode"] == "devdax"
     (mapping,) = device["mappings"]
     assert mapping["end"] - mapping["start"] + 1 == 64 * MiB
-    # What the holder was handed reaches its lease and nothing past it.
-    assert leased["holder"]["map_offset"] == 0 and leased["holder"]["beyond"] != "mapped"
+    # What the holder was handed reaches its lease and nothing past it: a byte past its end
+    # faults.
+    assert leased["holder"] == {"map_offset": 0, "beyond": "SIGBUS"}, leased["holder"]
 
     revoked = by_name["revoke"]
     assert revoked["final"] == "revoked" and revoked["gone"]
