@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -126,18 +127,8 @@ class DaxControl:
         if size > available:
             self._refuse(name, region, errno.ENOSPC,
                          f"{size} bytes asked, the region has {available} available")
-        before = {d.chardev for d in region.devices}
-        self._write(name, self._region_path(region) / "create", "1")
-        created = self._new_device(region, before)
-        try:
-            if self.device(created)[1].align != align:
-                self._set(created, self._device_path(created) / "align", align)
-            self._set(created, self._device_path(created) / "size", size)
-            self._bind(created, DEVICE_DAX)
-        except DriverFailure:
-            self._undo_create(region, created)
-            raise
-        return self.device(created)[1]
+        return self._new_bound_device(region, align, lambda created: self._set(
+            created, self._device_path(created) / "size", size))
 
     def create_device_at(self, region_id: int, start: int, size: int, align: int) -> DaxDevice:
         """A new device of exactly [start, start + size) of a dynamic region's physical range
@@ -153,21 +144,30 @@ class DaxControl:
             self._refuse(name, region, errno.EINVAL,
                          f"[{start:#x}, +{size:#x}) is not an aligned range of the region "
                          f"({region.start}, +{region.size:#x})")
+
+        def give_range(created: str) -> None:
+            # Hex, end inclusive: what the kernel's range_parse reads.
+            path = self._device_path(created) / "mapping"
+            self._write(created, path, f"{start:x}-{start + size - 1:x}")
+            device = self.device(created)[1]
+            got = [(m.start, m.end) for m in device.mappings]
+            if got != [(start, start + size - 1)] or device.size != size:
+                raise KernelRefused(created, str(path), errno.EIO,
+                                    f"maps {got} after mapping [{start:#x}, +{size:#x})")
+
+        return self._new_bound_device(region, align, give_range)
+
+    def _new_bound_device(self, region: DaxRegion, align: int,
+                          give_memory: Callable[[str], None]) -> DaxDevice:
+        """`create` a device in the region, set its align, give it memory (a size, a range),
+        bind it to device_dax; undone as far as the kernel lets when a step fails."""
         before = {d.chardev for d in region.devices}
-        self._write(name, self._region_path(region) / "create", "1")
+        self._write(f"region{region.id}", self._region_path(region) / "create", "1")
         created = self._new_device(region, before)
         try:
             if self.device(created)[1].align != align:
                 self._set(created, self._device_path(created) / "align", align)
-            # Hex, end inclusive: what the kernel's range_parse reads.
-            self._write(created, self._device_path(created) / "mapping",
-                        f"{start:x}-{start + size - 1:x}")
-            device = self.device(created)[1]
-            got = [(m.start, m.end) for m in device.mappings]
-            if got != [(start, start + size - 1)] or device.size != size:
-                raise KernelRefused(created, str(self._device_path(created) / "mapping"),
-                                    errno.EIO, f"maps {got} after mapping "
-                                               f"[{start:#x}, +{size:#x})")
+            give_memory(created)
             self._bind(created, DEVICE_DAX)
         except DriverFailure:
             self._undo_create(region, created)
