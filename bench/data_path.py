@@ -2,8 +2,8 @@
 
     python bench/data_path.py [--quick] [--out docs/bench-data-path.md]
 
-Starts a daemon (`python -m poold.cli.main serve`) whose emulated device is a file in a temporary
-directory under /dev/shm (tmpfs), then, for each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB) over a
+Starts a daemon (`python -m poold.cli.main serve`) on an emulated device (each lease its own
+sealed memfd, tmpfs pages), then, for each block size (4 KiB, 64 KiB, 1 MiB, 16 MiB) over a
 working set of 256 MiB (64 MiB with --quick), runs every case side by side: one warm-up pass, then
 5 rounds in which each case does one put pass and one get pass (the order rotates every round so
 drift hits all cases alike). Reported: the median GB/s (1e9 bytes/s) of the 5 rounds, and ratios
@@ -16,7 +16,7 @@ Cases
 - poold KV tier: put/get per block (get returns bytes), get_into per block, put_many /
   get_many_into / get_many in batches of 64 blocks, and zero-copy get_view / get_many_views
   (microseconds per block).
-- first put into a fresh lease (its extent punched out of the tmpfs file first, so no page exists
+- first put into a fresh lease (its memfd's pages punched out first, so no page exists
   yet; mapped by the SDK, which pre-faults) vs the second put into the same, now warm, mapping;
   also without pre-fault, with map() counted, and a fresh KVStore's first fill (lease grants and
   mapping inside put_many).
@@ -100,7 +100,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def poold_daemon(emulate: int) -> Iterator[str]:
-    """A daemon in a subprocess (its threads stay off this process's GIL), device on tmpfs."""
+    """A daemon in a subprocess (its threads stay off this process's GIL), emulated device."""
     base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="poold-bench-", dir=base) as state:
         port = free_port()
@@ -149,8 +149,8 @@ FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 
 
 def punch(path: str, offset: int, length: int) -> None:
-    """Free the tmpfs pages under an extent of the emulated device, as if never written. Only
-    ever called on extents this run holds (or just released) on its own temporary device."""
+    """Free the pages under a lease's memory (its memfd, by the map_path the API reports), as if
+    never written. Only ever called on leases this run holds, from its own daemon."""
     fd = os.open(path, os.O_RDWR)
     try:
         if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length):
@@ -487,7 +487,7 @@ class KVBatched(KVCase):
 
 
 class FirstPut(Case):
-    """A fresh lease per round: its tmpfs pages punched out, mapped the SDK's way."""
+    """A fresh lease per round: its pages punched out, mapped the SDK's way."""
 
     name = "first put into a fresh lease (SDK map, pre-faulted) vs warm"
     ops = ("fresh", "warm", "warm2", "fresh+map", "no-prefault")
@@ -1180,7 +1180,7 @@ def write_report(out: Path, results: Results, order: list[str], notes: dict[str,
         "that rotates each round. GB/s = 1e9 bytes/s, the median of the rounds. Ratios are "
         "paired: the ratio of two cases within one round, median over rounds (so they need "
         "not equal the quotient of the medians shown). The daemon runs in a subprocess; its "
-        "emulated device is a file in a temporary directory on /dev/shm (tmpfs, 4 KiB pages: "
+        "emulated device gives each lease its own sealed memfd (tmpfs, 4 KiB pages: "
         "shmem THP is off on this machine). Slow cases are capped per pass: shared_memory "
         f"per block and redis-py at {info['caps']['shm']} blocks, redis-benchmark at "
         f"{info['caps']['redis_c']} requests.", "",
@@ -1202,7 +1202,7 @@ def write_report(out: Path, results: Results, order: list[str], notes: dict[str,
             fmt(bs / g / 1e3 if (g := med(results, bs, case, op)) else None)
             for bs in BLOCK_SIZES) + " |" for label, case, op in COST_ROWS], "",
         "## First put into a fresh lease (GB/s; ratio to the warm second put, paired)", "",
-        "The fresh lease's extent is punched out of the tmpfs file first, so none of its pages "
+        "The fresh lease's memfd is punched out first, so none of its pages "
         "exist, like a never-used region of the device. `fresh` is the first put pass after "
         "`lease.map()` (which pre-faults: MAP_POPULATE + MADV_POPULATE_WRITE); `+map` counts "
         "the map() call too; `no pre-fault` maps with prefault=False. The KVStore row is a "
