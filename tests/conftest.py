@@ -24,11 +24,11 @@ from poold.ledger.clock import ManualClock
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 from poold.types import DeviceKind, MiB
+from tests.preconditions import need_root, unmet
 
 POSTGRES_URL = os.environ.get(
     "POOLD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REQUIRE_POSTGRES = os.environ.get("POOLD_TEST_REQUIRE_POSTGRES") == "1"
 HOST = "host-a"
 # Every daemon the tests start, in this process or as `poold serve`, keeps its leases' memory in
 # no fd store, unless the test says otherwise (the restart tests name the keeper): a keeper per
@@ -59,13 +59,17 @@ def postgres_problem() -> str | None:
 
 
 @pytest.fixture
+def as_root() -> None:
+    """For a test that acts as a second local user (`nobody`): root, else skip (or fail in CI)."""
+    need_root("act as another local user")
+
+
+@pytest.fixture
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL whose search_path is a fresh schema of its own."""
     problem = postgres_problem()
     if problem is not None:
-        if REQUIRE_POSTGRES:
-            pytest.fail(f"PostgreSQL required but unreachable: {problem}")
-        pytest.skip(f"PostgreSQL unreachable: {problem}")
+        unmet("postgres", f"PostgreSQL unreachable: {problem}")
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(POSTGRES_URL, pool_pre_ping=True)  # a test may restart the server
     with admin.begin() as conn:

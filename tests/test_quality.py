@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]  # the test extra has it (schemathesis), no stubs
 
 from poold.config import Settings
+from tests.preconditions import unmet
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -33,6 +33,16 @@ def test_mypy_strict() -> None:
     check(tool("mypy"))
 
 
+@pytest.mark.parametrize("selection", [
+    ["tests/no_such_dir"],  # pytest: exit 4
+    ["tests/test_config.py", "-k", "no_test_is_named_this"],  # pytest: exit 5, collected nothing
+])
+def test_a_run_that_tests_nothing_fails(selection: list[str]) -> None:
+    result = subprocess.run([str(ROOT / "scripts" / "test"), "-q", "-p", "no:cacheprovider",
+                             *selection], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0, result.stdout + result.stderr
+
+
 def test_ruff() -> None:
     check(tool("ruff"), "check", ".")
 
@@ -47,9 +57,7 @@ def test_docker_compose_file_is_valid() -> None:
     environment a valid poold configuration."""
     checker = shutil.which("docker-compose")
     if checker is None:
-        if os.environ.get("POOLD_TEST_REQUIRE_COMPOSE") == "1":
-            pytest.fail("docker-compose is required (POOLD_TEST_REQUIRE_COMPOSE=1)")
-        pytest.skip("docker-compose not installed (CI installs it)")
+        unmet("compose", "docker-compose not installed (Debian package; CI installs it)")
     result = subprocess.run([checker, "-f", str(ROOT / "docker-compose.yml"), "config"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

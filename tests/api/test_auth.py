@@ -30,6 +30,7 @@ from poold.errors import Forbidden, QuotaExceeded, Unauthenticated, UnknownLease
 from poold.ledger.ledger import Ledger
 from poold.types import MiB
 from tests.daemon_fixtures import serve_process, serving_daemon
+from tests.preconditions import need_root
 
 NOBODY = 65534
 
@@ -288,8 +289,7 @@ def test_unix_socket_peers_are_known_by_uid(served_process: Path) -> None:
     with PooldClient(uds=sock, token="") as local:
         me = local.raw("GET", "/v1/auth/whoami")
     assert me["role"] == "admin" and me["name"] == f"uid{os.geteuid()}"
-    if os.geteuid() != 0:
-        pytest.fail("this test drops to uid 65534 to be another peer: run it as root")
+    need_root("be another peer (uid 65534)")
     whoami = json.loads(_as_uid(NOBODY, sock, "GET /v1/auth/whoami HTTP/1.0\r\n\r\n"))
     body = json.dumps({"size": 2 * MiB})
     lease = json.loads(_as_uid(NOBODY, sock, (

@@ -25,12 +25,12 @@ import pytest
 from poold.daemon import Daemon
 from tests.browser.peers import Peer
 from tests.daemon_fixtures import serving_daemon
+from tests.preconditions import unmet
 from tests.sysfs_trees import extract
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, ViewportSize
 
-REQUIRE_BROWSER = os.environ.get("POOLD_TEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = Path(os.environ.get("POOLD_TEST_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # A recorded kernel (one CXL memdev, a region, a devdax device) so the devices page has a
@@ -40,9 +40,7 @@ EMULATED = "emu0"
 
 
 def unavailable(reason: str) -> NoReturn:
-    if REQUIRE_BROWSER:
-        pytest.fail(f"browser tests required (POOLD_TEST_REQUIRE_BROWSER=1): {reason}")
-    pytest.skip(reason)
+    unmet("browser", reason)
 
 
 @dataclass

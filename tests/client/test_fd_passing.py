@@ -89,7 +89,7 @@ def _map_as_nobody(fd_socket: str, lease_id: str, token: str, map_path: str,
     out.put("mapped")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+@pytest.mark.usefixtures("as_root")
 def test_an_unprivileged_holder_maps_what_it_cannot_open(tmp_path: Path) -> None:
     # The sockets live where anyone may reach them; the lease's memory is the daemon's memfd,
     # which only root (or the daemon's user) may open by its path.

@@ -48,7 +48,7 @@ from tests.daemon_fixtures import free_port, serving_daemon
 NOBODY = 65534
 DEVICE = 64 * MiB
 LEASE = 8 * MiB
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+needs_root = pytest.mark.usefixtures("as_root")
 
 
 @dataclass

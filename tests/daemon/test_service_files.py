@@ -21,12 +21,12 @@ from types import ModuleType
 import pytest
 
 from poold.config import Settings, load_settings
+from tests.preconditions import unmet
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "packaging" / "systemd" / "poold.service"
 EXAMPLE = ROOT / "packaging" / "poold.toml"
 EXEC = "/usr/local/bin/poold"
-REQUIRE_SYSTEMD = os.environ.get("POOLD_TEST_REQUIRE_SYSTEMD") == "1"
 
 
 def unit_settings() -> dict[str, list[str]]:
@@ -42,9 +42,7 @@ def unit_settings() -> dict[str, list[str]]:
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        if REQUIRE_SYSTEMD:
-            pytest.fail("systemd-analyze required (POOLD_TEST_REQUIRE_SYSTEMD=1) but not found")
-        pytest.skip("systemd-analyze not installed (Debian package `systemd`; CI installs it)")
+        unmet("systemd", "systemd-analyze not installed (Debian package `systemd`; CI installs it)")
     text = UNIT.read_text()
     if not os.access(EXEC, os.X_OK):
         # verify insists ExecStart's binary exists: point it at this checkout's poold instead.

@@ -15,6 +15,7 @@ import pytest
 from drivers import DriverFailure
 from drivers.emulated import emulated_device
 from drivers.memfd import emulated_memfd, huge_page_room, punch
+from tests.preconditions import need_root
 
 MiB = 2**20
 MEMINFO = ("MemTotal: 100 kB\nHugePages_Free:      {free}\nHugePages_Rsvd:      {rsvd}\n"
@@ -85,8 +86,9 @@ def huge_pages() -> Iterator[int]:
     try:
         before = int(NR_HUGEPAGES.read_text())
         NR_HUGEPAGES.write_text(str(before + 8))
-    except (OSError, ValueError):
-        pytest.skip("cannot size the huge page pool here (needs root)")
+    except (OSError, ValueError) as exc:
+        need_root(f"size the huge page pool ({exc})")
+        raise
     try:
         yield before
     finally:

@@ -19,9 +19,10 @@ import pytest
 from sqlalchemy import make_url
 
 from poold.types import MiB
-from tests.conftest import POSTGRES_URL, REQUIRE_POSTGRES
+from tests.conftest import POSTGRES_URL
 from tests.multihost.hosts import Host, run_fsck, start_hosts
 from tests.multihost.test_multihost import ENV, Churn
+from tests.preconditions import unmet
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +50,7 @@ def test_a_real_postgresql_restart_during_churn_loses_nothing(
     if found is None:
         message = ("cannot restart PostgreSQL here (needs root, pg_ctlcluster and a local "
                    "cluster on the test URL's port)")
-        if REQUIRE_POSTGRES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unmet("postgres", message)
     cluster = found
     env = {**ENV, "POOLD_HOST_TTL_S": "15"}  # a restart is seconds: nobody should be fenced
     hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", env)
