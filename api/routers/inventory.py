@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from api.auth import get_operator, get_principal
+from api.auth import PrincipalDep, get_operator, get_principal
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
 from api.lease_backing import backing_of, located
@@ -26,8 +26,12 @@ router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES,
 
 
 @router.get("/devices")
-def list_devices(ledger: LedgerDep) -> list[Device]:
-    return [Device.model_validate(asdict(d)) for d in ledger.read(reads.devices)]
+def list_devices(ledger: LedgerDep, principal: PrincipalDep) -> list[Device]:
+    """A tenant sees which devices serve it; whose leases another device serves is not its
+    business (that it serves someone shows as its leased bytes)."""
+    return [Device.model_validate(asdict(d if principal.owns(d.tenant_scope) else
+                                         replace(d, tenant_scope=None)))
+            for d in ledger.read(reads.devices)]
 
 
 @router.get("/devices/{device_id}/extents", dependencies=[Depends(get_operator)])

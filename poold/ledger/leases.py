@@ -357,8 +357,9 @@ def _candidates(tx: Tx, pool: PoolRecord, request: GrantRequest
     scope = tenant_scope(request.tenant)
     mine = [(d, n) for d, n in usable if not hands_whole(d) or d.tenant_scope in (None, scope)]
     if not mine:
-        owners = ", ".join(f"{d.devname} ({d.tenant_scope or 'no tenant'})" for d, _n in usable)
-        raise DeviceBound(f"{owners} in pool {pool.name!r} serve(s) another tenant's leases: a "
+        # Which tenant is not said: the asker may be another tenant.
+        bound = ", ".join(d.devname for d, _n in usable)
+        raise DeviceBound(f"{bound} in pool {pool.name!r} serve(s) another tenant's leases: a "
                           "device handed out whole serves one tenant at a time (a trusted pool "
                           "shares it); an admin frees one with `poold device unbind-tenant` "
                           "once that tenant's leases ended")

@@ -59,8 +59,11 @@ def test_a_device_handed_out_whole_serves_one_tenant_at_a_time(
         assert first.device == "dax0.0" and first.map_path == "/dev/dax0.0"
         assert device(admin)["tenant_scope"] == "team-a"
         assert a.grant(8 * MiB).device == "dax0.0"  # its own tenant's next lease: the same
-        with pytest.raises(DeviceBound, match=r"dax0\.0 \(team-a\)"):
+        with pytest.raises(DeviceBound, match=r"dax0\.0 in pool") as refused:
             b.grant(8 * MiB)
+        # What b learns: the device is someone else's, never whose.
+        assert "team-a" not in str(refused.value)
+        assert device(b)["tenant_scope"] is None and device(a)["tenant_scope"] == "team-a"
         # Freed only once none of team-a's leases holds bytes there.
         with pytest.raises(DeviceBusy):
             admin.raw("DELETE", "/v1/devices/dax0.0/tenant")
