@@ -5,7 +5,6 @@ so the same skew shows: that is what makes the PostgreSQL half a real check."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -22,12 +21,14 @@ from poold.ledger.clock import DatabaseClock
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
-from poold.ledger.views import LeaseView
+from poold.ledger.views import HostView, LeaseView
 from poold.types import LeaseState, MiB
 from tests.conftest import bootstrap
 from tests.ledger.test_sharing import SHARED
+from tests.timing import patience, until
 
 HOUR = timedelta(hours=1)
+CLOCKS_APART = timedelta(seconds=5)  # the PostgreSQL server's clock and this machine's
 TTL, GRACE = 2.0, 1.0  # another host is lost after 3 s of silence by the ledger clock
 
 
@@ -74,8 +75,12 @@ def state(ledger: Ledger, lease_id: str) -> LeaseView:
     return ledger.read(lambda s, now: reads.lease(s, lease_id, now))
 
 
+def host_views(ledger: Ledger) -> dict[str, HostView]:
+    return {h.id: h for h in ledger.read(reads.hosts)}
+
+
 def host_states(ledger: Ledger) -> dict[str, str]:
-    return {h.id: h.state for h in ledger.read(reads.hosts)}
+    return {h.id: h.state for h in host_views(ledger).values()}
 
 
 def tick(ledger: Ledger) -> None:
@@ -89,9 +94,15 @@ def test_the_host_clock_is_the_ledger_clock_only_on_sqlite(tmp_path: Path, pg_ur
     postgres = create_engine(pg_url)
     try:
         with Session(sqlite) as session:
-            assert clock.now(session) - datetime.now(UTC) > HOUR - timedelta(seconds=5)
+            before = datetime.now(UTC)
+            read = clock.now(session)
+            assert before + HOUR <= read <= datetime.now(UTC) + HOUR  # the skewed host clock
         with Session(postgres) as session:
-            assert abs(clock.now(session) - datetime.now(UTC)) < timedelta(seconds=5)
+            # The server's clock, read between our two readings (the server is on this machine,
+            # or one kept in time with it): an hour off would show.
+            before = datetime.now(UTC)
+            read = clock.now(session)
+            assert before - CLOCKS_APART <= read <= datetime.now(UTC) + CLOCKS_APART
     finally:
         sqlite.dispose()
         postgres.dispose()
@@ -110,16 +121,22 @@ def test_skewed_hosts_grant_renew_and_expire_by_the_database_clock(
     tick(ahead)
     assert state(ahead, lease.id).state is LeaseState.ACTIVE
     # Renewed by the host an hour behind: extended from the server's now, not into the past.
+    before = server_now(pg_url)
     renewed = behind.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=5, actor="t"))
-    assert renewed.expires_at - server_now(pg_url) > timedelta(seconds=3)
+    after = server_now(pg_url)
+    assert before + timedelta(seconds=5) <= renewed.expires_at <= after + timedelta(seconds=5)
     # A short lease does expire, a second later by the server: the host an hour behind reaps
     # it (its own clock says it has an hour to go), and the one ahead sees it ended.
     short = grant(behind, ttl_s=1)
-    time.sleep(1.2)
+    assert short.expires_at == short.granted_at + timedelta(seconds=1)
+    until("the server's clock passes the short lease's expiry",
+          lambda: server_now(pg_url) > short.expires_at, patience(1))
+    before = server_now(pg_url)
     tick(behind)
+    after = server_now(pg_url)
     ended = state(ahead, short.id)
     assert ended.state is LeaseState.EXPIRED and ended.ended_at is not None
-    assert ended.ended_at - short.expires_at < timedelta(seconds=5)
+    assert before <= ended.ended_at <= after  # ended at the server's now, by that tick
 
 
 def test_skewed_hosts_judge_silence_by_the_database_clock(
@@ -136,11 +153,19 @@ def test_skewed_hosts_judge_silence_by_the_database_clock(
     assert state(ahead, held.id).state is LeaseState.ACTIVE
     # The host ahead goes silent. After ttl + grace by the server's clock, not the hour more
     # that its own clock would wait, the host an hour behind declares it lost.
-    started = time.monotonic()
-    while host_states(behind)["ahead"] == "up":
-        assert time.monotonic() - started < TTL + GRACE + 5, "the silent host was never lost"
-        time.sleep(0.2)
+    last_beat = host_views(behind)["ahead"].last_seen_at
+
+    def lost_after_ticking() -> bool:
         tick(behind)
-    assert time.monotonic() - started >= TTL + GRACE - 0.5  # its last beat was just before
+        return host_states(behind)["ahead"] == "lost"
+    until("the silent host is declared lost", lost_after_ticking, patience(TTL, GRACE),
+          interval_s=0.2)
     assert host_states(behind) == {"ahead": "lost", "behind": "up"}
     assert state(behind, held.id).state is LeaseState.ACTIVE
+    # Judged on the ledger's own timestamps: its silence when declared lost was at least
+    # ttl + grace (not less, whenever the test's loop ran), and nowhere near the hour more.
+    assert host_views(behind)["ahead"].last_seen_at == last_beat  # it stayed silent
+    (declared,) = [e for e in behind.read(lambda s, _now: reads.events(s, kind="host.lost"))
+                   if e.host == "ahead"]
+    silence = (declared.at - last_beat).total_seconds()
+    assert TTL + GRACE <= silence < patience(TTL, GRACE), silence

@@ -1,0 +1,52 @@
+"""Waiting on events, and seeds for randomised tests, the same way in every test.
+
+The suite must pass on a loaded 2-core machine (a CI run and mutation testing beside it), where
+any wall-clock interval may stretch by seconds. So a test waits on the event itself (`until`),
+with a deadline that is the configured period that should bring it times generous slack
+(`patience`), and judges "not before" and "within" from the ledger's own timestamps rather than
+from its own clock. A deadline only says when to give up on an event that is missing.
+
+A randomised test takes its seed from `run_seed`: POOLD_TEST_SEED when set, else a fresh one, and
+prints it (pytest shows a failing test's output), so the run can be repeated.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+SEED_VARIABLE = "POOLD_TEST_SEED"
+# A period the code is configured to keep may take this many times as long on a loaded machine,
+# plus SLACK_S, before a test calls the event that should end it missing.
+SLACK_FACTOR = 4.0
+SLACK_S = 15.0
+
+
+def patience(*periods_s: float) -> float:
+    """Seconds to wait for an event that the code brings about within the sum of `periods_s`
+    (a TTL, a grace, a reaper tick...) on an idle machine."""
+    return SLACK_FACTOR * sum(periods_s) + SLACK_S
+
+
+def until(what: str, check: Callable[[], T], timeout_s: float, interval_s: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy, and return that; fail saying `what`
+    never happened once `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"never within {timeout_s:g} s: {what}"
+        time.sleep(interval_s)
+    return found
+
+
+def run_seed() -> int:
+    """The seed of this run of a randomised test: POOLD_TEST_SEED, or a new one; printed so
+    that a failure shows how to repeat it."""
+    given = os.environ.get(SEED_VARIABLE)
+    seed = int(given) if given else random.SystemRandom().randrange(2**32)
+    print(f"seed {seed} (rerun with {SEED_VARIABLE}={seed})")
+    return seed
