@@ -81,6 +81,15 @@ def move_past_device_end(conn: Connection, lease: LeaseView) -> None:
     set_lease(conn, lease, offset=64 * MiB)
 
 
+def straddle_device_end(conn: Connection, lease: LeaseView) -> None:
+    """Starts on the device (aligned), ends past it: the bound is on the end, not the start."""
+    set_lease(conn, lease, offset=64 * MiB - lease.length, length=2 * lease.length)
+
+
+def move_before_device_start(conn: Connection, lease: LeaseView) -> None:
+    set_lease(conn, lease, offset=-lease.length)
+
+
 def move_out_of_claim(conn: Connection, lease: LeaseView) -> None:
     set_lease(conn, lease, offset=16 * MiB)  # aligned and on the device, past the 16 MiB slice
 
@@ -101,6 +110,8 @@ def delete_event(kind: EventKind) -> Callable[[Connection, LeaseView], None]:
 @pytest.mark.parametrize(("corrupt", "expected"), [
     (misalign, "is not aligned to 2097152"),
     (move_past_device_end, "lies outside emu0 of size 67108864"),
+    (straddle_device_end, "lies outside emu0 of size 67108864"),
+    (move_before_device_start, "lies outside emu0 of size 67108864"),
     (move_out_of_claim, "sticks out of claim"),
     (give_claim_to_another_host, "of host host-b"),
     (delete_event(EventKind.LEASE_GRANTED), "has no lease.granted event"),

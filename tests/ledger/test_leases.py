@@ -14,7 +14,7 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
 from poold.types import EventKind, LeaseState, MiB
-from tests.conftest import LedgerFactory, emulated_spec
+from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 
 def grant(ledger: Ledger, size: int, **kwargs: object) -> LeaseView:
@@ -107,11 +107,30 @@ def test_keepalive_of_released_lease_is_a_conflict(ledger: Ledger) -> None:
         ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="test"))
 
 
-def test_release_after_expiry_finalises_as_expired(ledger: Ledger, clock: ManualClock) -> None:
+@pytest.mark.parametrize("scrub", [False, True], ids=["frees", "scrubs"])
+def test_release_after_expiry_finalises_as_expired(make_ledger: LedgerFactory, clock: ManualClock,
+                                                   scrub: bool) -> None:
+    """Past expires_at the lease already reads `expired` (computed on read); the release must
+    still finalise it in the ledger: ended_at, the event, its bytes freed or sent to scrub."""
+    ledger = make_ledger(scrub=scrub)
     lease = grant(ledger, 2 * MiB, ttl_s=5)
     clock.advance(6)
     ended = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
-    assert ended.state is LeaseState.EXPIRED
+    assert ended.state is (LeaseState.SCRUBBING if scrub else LeaseState.EXPIRED)
+    assert ended.ended_at == clock.now()
+    events = ledger.read(lambda s, _: reads.events(s, lease_id=lease.id))
+    assert [(e.kind, e.actor) for e in events] == [
+        (EventKind.LEASE_EXPIRED, "reaper"), (EventKind.LEASE_GRANTED, "test")]
+    assert events[0].details["scrub"] is scrub
+    assert ledger.run(leases.reap) == 0  # nothing left for the reaper: it was finalised
+    (pool,) = ledger.read(reads.pools)
+    assert pool.leased_bytes == 0
+    assert pool.scrubbing_bytes == (2 * MiB if scrub else 0)
+    assert [job.lease_id for job in ledger.read(partial(reads.scrubbing, host_id=HOST))] == (
+        [lease.id] if scrub else [])
+    again = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    assert (again.state, again.ended_at) == (ended.state, ended.ended_at)  # idempotent
+    assert len(ledger.read(lambda s, _: reads.events(s, lease_id=lease.id))) == 2
     assert_clean(ledger)
 
 
