@@ -21,16 +21,25 @@ from typing import TypeVar
 T = TypeVar("T")
 
 SEED_VARIABLE = "POOLD_TEST_SEED"
-# A period the code is configured to keep may take this many times as long on a loaded machine,
-# plus SLACK_S, before a test calls the event that should end it missing.
+# A period the code is configured to keep may take this many times as long on a loaded machine.
 SLACK_FACTOR = 4.0
+# Beyond that, how long a test waits for an event before calling it missing...
 SLACK_S = 15.0
+# ... and how late a task that was due may act (scheduling, a busy ledger writer), judged on
+# the ledger's own timestamps.
+LATE_S = 2.0
 
 
 def patience(*periods_s: float) -> float:
     """Seconds to wait for an event that the code brings about within the sum of `periods_s`
     (a TTL, a grace, a reaper tick...) on an idle machine."""
     return SLACK_FACTOR * sum(periods_s) + SLACK_S
+
+
+def tolerance(*periods_s: float) -> float:
+    """The most seconds, by the ledger's timestamps, that a task due within the sum of
+    `periods_s` (a reaper tick after an expiry...) may take on a loaded machine."""
+    return SLACK_FACTOR * sum(periods_s) + LATE_S
 
 
 def until(what: str, check: Callable[[], T], timeout_s: float, interval_s: float = 0.05) -> T:

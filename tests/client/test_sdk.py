@@ -4,9 +4,9 @@ alive, release, expiry, lost leases, and the daemon's errors rebuilt as the same
 from __future__ import annotations
 
 import os
-import time
 import types
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -18,12 +18,16 @@ from poold import errors
 from poold.client import Mapping, PooldClient
 from poold.types import MiB
 from tests.daemon_fixtures import free_port, serving_daemon
+from tests.timing import patience, tolerance, until
+
+REAP_INTERVAL_S = 0.2
 
 
 @pytest.fixture
 def url(tmp_path: Path, ledger_url: str) -> Iterator[str]:
     """A real daemon on each database."""
-    with serving_daemon(tmp_path, database_url=ledger_url) as (_daemon, base_url):
+    with serving_daemon(tmp_path, database_url=ledger_url,
+                        reap_interval_s=REAP_INTERVAL_S) as (_daemon, base_url):
         yield base_url
 
 
@@ -62,13 +66,24 @@ def test_numpy_view_is_zero_copy(client: PooldClient) -> None:
         del array
 
 
+def renewals(client: PooldClient, lease_id: str, at_least: int) -> list[datetime]:
+    """When the ledger renewed the lease, oldest first, once it did `at_least` times."""
+    found = sorted(e.at for e in client.events(lease_id=lease_id, kind="lease.renewed"))
+    return found if len(found) >= at_least else []
+
+
 def test_background_keepalive_outlives_the_ttl(client: PooldClient) -> None:
-    with client.lease(2 * MiB, ttl_s=2) as lease:
-        time.sleep(5)
+    ttl, count = 3, 5
+    with client.lease(2 * MiB, ttl_s=ttl) as lease:
+        renewed = until(f"{count} renewals", lambda: renewals(client, lease.id, count),
+                        patience(count * ttl))
         lease.check()
-        assert client.get_lease(lease.id).state == "active"
-        renewals = client.events(lease_id=lease.id, kind="lease.renewed")
-        assert len(renewals) >= 5  # every third of the TTL, not once per TTL
+        info = client.get_lease(lease.id)
+        assert info.state == "active"
+        # On the ledger's timestamps: alive past its first TTL, renewed every third of it. Once
+        # per TTL, the count-th renewal would come `count` TTLs after the grant at the soonest.
+        span = renewed[count - 1] - info.granted_at
+        assert timedelta(seconds=ttl) < span < timedelta(seconds=count * ttl), span
 
 
 class FailingKeepalives(httpx.BaseTransport):
@@ -96,56 +111,55 @@ def _unavailable(error: str) -> httpx.Response:
                          ids=["ledger-503", "unreachable"])
 def test_a_passing_outage_does_not_lose_the_lease(url: str, answer: httpx.Response | None
                                                   ) -> None:
+    """Three keepalives fail (one period, then two retries 0.5 s apart); the next, well before
+    the lease's expiry (a TTL of 6 s leaves 2.5 s to spare), goes through."""
+    ttl = 6
     transport = FailingKeepalives(answer, count=3)
     with PooldClient(url, transport=transport) as client, \
-            client.lease(2 * MiB, ttl_s=3) as lease:
-        deadline = time.monotonic() + 10
-        while transport.left and time.monotonic() < deadline:
-            time.sleep(0.05)
+            client.lease(2 * MiB, ttl_s=ttl) as lease:
+        granted = lease.info.expires_at
+        # Past the outage: a renewal goes through again (none could before it).
+        until("a renewal after the outage", lambda: lease.lost or lease.info.expires_at > granted,
+              patience(ttl))
         assert transport.left == 0
-        time.sleep(1.5)  # past the outage: renewals go through again
         lease.check()
         assert client.get_lease(lease.id).state == "active"
 
 
 def test_a_fenced_host_loses_the_lease_at_once(url: str) -> None:
+    ttl = 3
     transport = FailingKeepalives(_unavailable("HostFenced"), count=1)
     with PooldClient(url, transport=transport) as client:
-        lease = client.lease(2 * MiB, ttl_s=3)
-        deadline = time.monotonic() + 5  # the first renewal comes after ttl/3
-        while not lease.lost and time.monotonic() < deadline:
-            time.sleep(0.05)
+        lease = client.lease(2 * MiB, ttl_s=ttl)
+        until("the lease is lost", lambda: lease.lost, patience(ttl))  # first renewal: ttl/3
         with pytest.raises(errors.LeaseLost, match="HostFenced"):
             lease.check()
         lease.release()
 
 
 def test_lease_without_keepalive_expires_within_one_reaper_period(client: PooldClient) -> None:
-    lease = client.lease(2 * MiB, ttl_s=1, keepalive=False)
-    deadline = time.monotonic() + 10
-    while not client.events(lease_id=lease.id, kind="lease.expired"):
-        assert time.monotonic() < deadline, "the reaper never finalised the lease"
-        time.sleep(0.1)
+    ttl = 1
+    lease = client.lease(2 * MiB, ttl_s=ttl, keepalive=False)
+    (expired,) = until("the reaper finalises the lease", lambda: client.events(
+        lease_id=lease.id, kind="lease.expired"), patience(ttl, REAP_INTERVAL_S))
     assert client.pools()[0].leased_bytes == 0
     assert client.devices()[0].claimed_bytes == 64 * MiB  # the host keeps its claim
     info = client.get_lease(lease.id)
-    (expired,) = client.events(lease_id=lease.id, kind="lease.expired")
-    # Judged on the ledger's own timestamps: finalised within one reaper period (0.2 s) of
-    # expiry, plus the pass itself.
-    assert 0 <= (expired.at - info.expires_at).total_seconds() < 0.2 + 0.5
-    while info.state == "scrubbing":  # the pool zeroes the bytes, then the lease is final
-        assert time.monotonic() < deadline, "the scrub never finished"
-        time.sleep(0.05)
-        info = client.get_lease(lease.id)
-    assert info.state == "expired"
+    # Judged on the ledger's own timestamps: finalised after its expiry, by a reaper pass
+    # within a period of it (late by what a loaded machine holds a pass back, no more).
+    late = (expired.at - info.expires_at).total_seconds()
+    assert 0 <= late < tolerance(REAP_INTERVAL_S), late
+    # The pool zeroes the bytes, then the lease is final.
+    until("the scrub finishes", lambda: client.get_lease(lease.id).state != "scrubbing",
+          patience(REAP_INTERVAL_S))
+    assert client.get_lease(lease.id).state == "expired"
 
 
 def test_revoked_lease_is_reported_lost(client: PooldClient) -> None:
-    lease = client.lease(2 * MiB, ttl_s=1)
+    ttl = 3  # not so short that a late renewal on a loaded machine lets it expire first
+    lease = client.lease(2 * MiB, ttl_s=ttl)
     client.raw("POST", f"/v1/leases/{lease.id}/revoke")
-    deadline = time.monotonic() + 5
-    while not lease.lost and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until("the keepalive hears of the revocation", lambda: lease.lost, patience(ttl))
     with pytest.raises(errors.LeaseLost, match="LeaseNotActive"):
         lease.check()
     with pytest.raises(errors.LeaseLost):
