@@ -11,22 +11,29 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from api.schemas import Lease as LeaseInfo
 from poold import errors
 from poold.client.fdsocket import receive_fd
 from poold.client.mapping import Mapping
 
-if TYPE_CHECKING:
-    from poold.client.http import PooldClient
-
 # After a failed renewal that may pass (daemon or ledger unreachable), try again this soon.
 RETRY_S = 0.5
 
 
+class LeaseClient(Protocol):
+    """What a Lease needs of the client that granted it (PooldClient is one)."""
+
+    fd_socket: str | None
+
+    def keepalive(self, lease_id: str, ttl_s: int | None = None) -> LeaseInfo: ...
+
+    def release(self, lease_id: str) -> LeaseInfo: ...
+
+
 class Lease:
-    def __init__(self, client: PooldClient, info: LeaseInfo, *, keepalive: bool = True,
+    def __init__(self, client: LeaseClient, info: LeaseInfo, *, keepalive: bool = True,
                  token: str | None = None) -> None:
         self._client = client
         self.info = info

@@ -1,0 +1,203 @@
+"""Mutation testing of the modules that carry poold's guarantees; the score goes to docs/.
+
+    scripts/mutation [--max-children N] [--min-score 90] [--report-only]
+
+Runs mutmut (pinned in the `mutation` extra) as `[tool.mutmut]` in pyproject.toml configures it:
+each mutant (one small change to one function of a module in `only_mutate`) runs against the
+tests that reach that function, fastest first, stopping at the first failure. Then it writes
+docs/mutation.md: per module, how many mutants were killed, survived or reached by no test,
+and every survivor's diff. A survivor listed in scripts/mutation-equivalent.toml (the function,
+the changed lines, and why no test can tell it from the original) counts as equivalent and
+leaves the score's denominator; every other survivor is a test to write.
+
+mutmut keeps its work in ./mutants (ignored by git) and reuses results whose source and tests did
+not change, so a second run after adding a test retries only what that could change. It is slow
+(tens of minutes on 2 cores) and not part of CI. Exit status 1 when the score is under
+--min-score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTMUT = Path(sys.executable).parent / "mutmut"
+EQUIVALENT = ROOT / "scripts" / "mutation-equivalent.toml"
+REPORT = ROOT / "docs" / "mutation.md"
+LOG = ROOT / "mutants" / "run.log"
+
+# mutmut's exit codes (mutmut/stats.py): the mutant's tests failed (1), pytest broke (3), they
+# ran out of time or the process died; the mutant survived (0); no test reached it (33, 5).
+KILLED = {1, 3, 24, -24, 36, 37, 152, 255, -9, -11}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str  # e.g. poold.ledger.leases.x_grant__mutmut_12
+    module: str  # the source file, e.g. poold/ledger/leases.py
+    exit_code: int | None
+
+    @property
+    def function(self) -> str:
+        return self.name.rsplit("__mutmut_", 1)[0]
+
+    @property
+    def status(self) -> str:
+        if self.exit_code in KILLED:
+            return "killed"
+        if self.exit_code in SURVIVED:
+            return "survived"
+        if self.exit_code in NO_TESTS:
+            return "no tests"
+        return "not checked" if self.exit_code is None else f"suspicious ({self.exit_code})"
+
+
+def run_mutmut(max_children: int) -> float:
+    """mutmut run, its progress spinner to mutants/run.log; seconds it took."""
+    LOG.parent.mkdir(exist_ok=True)
+    started = time.monotonic()
+    with LOG.open("w") as log:
+        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        tail = LOG.read_text(errors="replace")[-3000:]
+        sys.exit(f"mutmut run failed (exit {result.returncode}); end of {LOG}:\n{tail}")
+    return time.monotonic() - started
+
+
+def mutants() -> list[Mutant]:
+    found = []
+    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
+        module = str(meta.relative_to(ROOT / "mutants"))[: -len(".meta")]
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        found += [Mutant(name, module, code) for name, code in codes.items()]
+    return found
+
+
+def diff(mutant: Mutant) -> str:
+    shown = subprocess.run([str(MUTMUT), "show", mutant.name], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    return "\n".join(line for line in shown.splitlines() if not line.startswith("# "))
+
+
+def change(diff_text: str) -> str:
+    """The diff's removed and added lines, whitespace-trimmed: what an equivalence entry names."""
+    lines = [line for line in diff_text.splitlines()
+             if line[:1] in "-+" and not line.startswith(("---", "+++"))]
+    return "\n".join(f"{line[0]} {line[1:].strip()}" for line in lines)
+
+
+def equivalents() -> list[dict[str, str]]:
+    if not EQUIVALENT.exists():
+        return []
+    return list(tomllib.loads(EQUIVALENT.read_text()).get("equivalent", []))
+
+
+def reason_if_equivalent(mutant: Mutant, its_change: str,
+                         listed: list[dict[str, str]]) -> str | None:
+    for entry in listed:
+        if mutant.function.endswith(entry["function"]) and entry["change"].strip() == its_change:
+            return entry["reason"]
+    return None
+
+
+def mutmut_version() -> str:
+    from importlib.metadata import version
+    return version("mutmut")
+
+
+def write_report(found: list[Mutant], took_s: float | None, min_score: float) -> float:
+    listed = equivalents()
+    survivors: list[tuple[Mutant, str, str | None]] = []
+    equivalent: list[tuple[Mutant, str, str | None]] = []
+    for m in found:
+        if m.status == "survived":
+            d = diff(m)
+            reason = reason_if_equivalent(m, change(d), listed)
+            (equivalent if reason else survivors).append((m, d, reason))
+    by_module: dict[str, Counter[str]] = {}
+    for m in found:
+        by_module.setdefault(m.module, Counter())[m.status] += 1
+    for m, _d, _r in equivalent:
+        by_module[m.module]["survived"] -= 1
+        by_module[m.module]["equivalent"] += 1
+    total = Counter[str]()
+    for counts in by_module.values():
+        total.update(counts)
+
+    def score(c: Counter[str]) -> float:
+        counted = sum(c.values()) - c["equivalent"]
+        return 100.0 * c["killed"] / counted if counted else 100.0
+
+    rows = [f"| {module} | {sum(c.values())} | {c['killed']} | {c['survived']} | "
+            f"{c['no tests']} | {c['equivalent']} | {score(c):.1f}% |"
+            for module, c in sorted(by_module.items())]
+    other = sum(v for k, v in total.items()
+                if k not in ("killed", "survived", "no tests", "equivalent"))
+    overall = score(total)
+    took = f", took {took_s / 60:.0f} min" if took_s is not None else ""
+    lines = [
+        "# Mutation testing: the core guarantees", "",
+        f"Command: `scripts/mutation`. Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC{took}, "
+        f"mutmut {mutmut_version()}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs.", "",
+        "Each mutant is one small change (an operator, a constant, a comparison, a dropped "
+        "argument or call) to one function of the modules below, run against the tests that "
+        "reach that function (`[tool.mutmut]` in pyproject.toml says which tests are run). "
+        "Killed: a test failed, timed out or crashed. Survived: every test passed. No tests: "
+        "no selected test reaches the function. Equivalent: a survivor that no test can tell "
+        "from the original, each listed in `scripts/mutation-equivalent.toml` with its reason. "
+        "Score: killed / (all - equivalent).", "",
+        f"**Score: {overall:.1f}%** ({total['killed']} killed of "
+        f"{sum(total.values()) - total['equivalent']}; goal {min_score:.0f}%)."
+        + (f" {other} mutants were not checked or suspicious." if other else ""), "",
+        "| module | mutants | killed | survived | no tests | equivalent | score |",
+        "|---|---|---|---|---|---|---|",
+        *rows, "",
+        f"## Survivors ({len(survivors)})", "",
+    ]
+    if not survivors:
+        lines += ["None.", ""]
+    for m, d, _r in survivors:
+        lines += [f"### `{m.name}`", "", "```diff", d.strip(), "```", ""]
+    no_tests = [m for m in found if m.status == "no tests"]
+    lines += [f"## Reached by no selected test ({len(no_tests)})", ""]
+    lines += [f"- `{m.name}`" for m in no_tests] or ["None."]
+    lines += ["", f"## Equivalent ({len(equivalent)})", ""]
+    lines += [f"- `{m.name}`: {r}\n  `{change(d).replace(chr(10), ' / ')}`"
+              for m, d, r in equivalent] or ["None."]
+    REPORT.write_text("\n".join(lines) + "\n")
+    return overall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--min-score", type=float, default=90.0)
+    parser.add_argument("--report-only", action="store_true",
+                        help="write docs/mutation.md from the last run's results")
+    args = parser.parse_args()
+    took = None if args.report_only else run_mutmut(args.max_children)
+    found = mutants()
+    if not found:
+        sys.exit("no mutants: did mutmut run? (see mutants/run.log)")
+    overall = write_report(found, took, args.min_score)
+    print(f"mutation score {overall:.1f}% (goal {args.min_score:.0f}%): {REPORT}")
+    return 0 if overall >= args.min_score else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
