@@ -10,11 +10,12 @@ it lost, the bytes are intact, and the new daemon passes the same lease's memory
 old mapping writes, the new one reads. (Under systemd its file descriptor store does the
 keeper's job: tests/kernel/test_service.py restarts the unit.)
 
-Timing. A fresh `poold serve` needs about 5 s here before it answers (mostly imports); the SDK
-renews every TTL/3 and calls a lease lost only when the daemon stays unreachable until the
-lease's own expiry. With TTL_S = 15 and the stop sent right after a renewal, the renewal 10 s
-later meets the new daemon with 5 s to spare before the one at the deadline: the restart gap is
-covered twice over by construction, not by luck.
+Timing. A fresh `poold serve` needs about 3-5 s here before it answers (mostly imports), more on
+a loaded machine; the SDK renews every TTL/3, retries every 0.5 s while the daemon is away, and
+calls a lease lost only when the daemon stays unreachable until the lease's own expiry. With
+TTL_S = 24 and the stop sent right after a renewal, a restart that takes less than 24 s keeps the
+lease, by construction rather than by luck. "Long after the restart" is judged on the ledger's
+timestamps: the new daemon renews the lease past the expiry it had when the old one stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -33,10 +35,11 @@ from poold.client import PooldClient
 from poold.client.lease import Lease
 from poold.types import MiB
 from tests.daemon_fixtures import free_port, stop_keeper
+from tests.timing import patience, until
 
 pytestmark = pytest.mark.slow
 
-TTL_S = 15
+TTL_S = 24
 SIZE = 8 * MiB
 START_TIMEOUT_S = 60.0
 
@@ -89,13 +92,15 @@ class Serve:
         return (self.tmp_path / f"serve-{self.starts}.stderr").read_text(errors="replace")[-3000:]
 
 
-def wait_for_renewal(lease: Lease, timeout_s: float = TTL_S) -> None:
+def wait_for_renewal(lease: Lease) -> None:
     before = lease.info.expires_at
-    deadline = time.monotonic() + timeout_s
-    while lease.info.expires_at == before:
-        assert time.monotonic() < deadline, "the keepalive thread did not renew"
-        assert not lease.lost, lease.lost_reason
-        time.sleep(0.02)
+    until("the keepalive thread renews", lambda: lease.lost or lease.info.expires_at != before,
+          patience(TTL_S / 3), interval_s=0.02)
+    assert not lease.lost, lease.lost_reason
+
+
+def renewed_at(client: PooldClient, lease_id: str) -> list[datetime]:
+    return sorted(e.at for e in client.events(lease_id=lease_id, kind="lease.renewed"))
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
@@ -115,15 +120,19 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path, how: str) ->
                 granted = client.get_lease(lease.id)
 
                 wait_for_renewal(lease)  # the whole TTL now covers the gap
+                due = lease.info.expires_at  # when the lease would end without the new daemon
+                last_before = renewed_at(client, lease.id)[-1]
                 stopped_at = time.monotonic()
                 serve.stop() if how == "sigterm" else serve.kill()
                 serve.start()
-                restart_s = time.monotonic() - stopped_at
-                assert restart_s < TTL_S * 2 / 3, f"restart took {restart_s:.1f}s"
+                gap = f"restart took {time.monotonic() - stopped_at:.1f} s"
 
-                while time.monotonic() - stopped_at < 2 * TTL_S + 1:
-                    assert not lease.lost, lease.lost_reason
-                    time.sleep(0.25)
+                def renewed_past_due() -> bool:
+                    return lease.lost or any(at > due for at in renewed_at(client, lease.id))
+                # The new daemon renews it past `due` (three renewals at most after the stop).
+                until(f"a renewal past the lease's expiry at the stop ({gap})", renewed_past_due,
+                      patience(TTL_S, TTL_S / 3), interval_s=0.25)
+                assert not lease.lost, f"{lease.lost_reason} ({gap})"
                 lease.check()
                 now = client.get_lease(lease.id)
                 assert now.state == "active"
@@ -134,12 +143,11 @@ def test_restart_keeps_leases_mappings_and_renewals(tmp_path: Path, how: str) ->
                     assert bytes(again.buffer) == pattern
                     mapping.buffer[:5] = b"after"
                     assert bytes(again.buffer[:5]) == b"after"
-            renewals = [e for e in client.events(lease_id=lease.id)
-                        if e.kind == "lease.renewed" and e.at > granted.granted_at]
             kinds = {e.kind for e in client.events(lease_id=lease.id)}
             assert "lease.expired" not in kinds and "lease.lost" not in kinds
-            # renewed under both daemons: at least twice after the restart
-            assert len(renewals) >= 4, renewals
+            # Renewed under both daemons: before the stop, and at least twice by the new one.
+            after = [at for at in renewed_at(client, lease.id) if at > last_before]
+            assert last_before > granted.granted_at and len(after) >= 2, (last_before, after)
             lease.release()
             assert client.get_lease(lease.id).state in ("scrubbing", "released")
         serve.stop()
