@@ -14,9 +14,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from poold.client import Lease, LeaseLost, PooldClient
@@ -30,19 +32,22 @@ from tests.multihost.hosts import (
     write_pattern,
 )
 from tests.multihost.tcp_proxy import TcpProxy
+from tests.timing import patience, run_seed, until
 
 pytestmark = pytest.mark.slow
 
 SIZE = 128 * MiB
-TTL_S, GRACE_S, TICK_S = 3.0, 2.0, 0.2
+TTL_S, GRACE_S, TICK_S = 5.0, 3.0, 0.2
 ENV = {"POOLD_HOST_TTL_S": str(TTL_S), "POOLD_HOST_GRACE_S": str(GRACE_S),
        "POOLD_REAP_INTERVAL_S": str(TICK_S), "POOLD_CLAIM_SLICE": "16MiB",
        "POOLD_CLAIM_IDLE_S": "2"}
 SIZES = [2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB, 16 * MiB]
-# An SDK lease renews every third of its TTL: 3 s, so its first renewal after a cut falls near
-# host_ttl and it hears HostFenced within a retry (0.5 s), well before host_ttl + grace; its
-# expiry in the ledger (9 s after its last renewal) comes after the others reclaim it.
-SDK_TTL_S = 9
+# An SDK lease renews every third of its TTL: every host_ttl, so its first renewal after a cut
+# falls by host_ttl and it hears HostFenced within a retry (0.5 s), some 2.5 s before host_ttl
+# + grace; its expiry in the ledger (at least 2 host_ttl after the cut) comes some 2 s after the
+# others reclaim it. Both margins are there for a loaded machine's delays.
+SDK_TTL_S = int(3 * TTL_S)
+CLOCK_GRAIN_S = 0.05  # two readings of the monotonic clock, in two processes
 
 
 def _target() -> tuple[str, int]:
@@ -61,7 +66,8 @@ class Churn:
     """Clients granting, writing, checking and releasing on several hosts; records what each
     was told."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed  # each client thread's choices: its own generator, seeded from this
         self.held: dict[str, tuple[Host, dict[str, Any]]] = {}
         self.released: dict[str, Host] = {}
         self.errors: list[str] = []
@@ -71,22 +77,34 @@ class Churn:
         self.lock = threading.Lock()
 
     def run(self, hosts: list[Host], threads_per_host: int, seconds: float,
-            min_grants: int = 0, max_seconds: float = 60.0) -> None:
+            min_grants: int = 0, max_seconds: float = 60.0,
+            meanwhile: threading.Thread | None = None) -> None:
         """Churn for `seconds`, and on until `min_grants` grants were acknowledged (a loaded
-        machine is slower, not wrong), but never past `max_seconds`."""
+        machine is slower, not wrong) and `meanwhile` (a fault injected during the churn) has
+        finished, but never past `max_seconds`."""
         start = time.monotonic()
         stop, hard_stop = start + seconds, start + max(seconds, max_seconds)
 
         def go_on() -> bool:
             now = time.monotonic()
-            return now < stop or (self.grants < min_grants and now < hard_stop)
+            wanted = self.grants < min_grants or (meanwhile is not None and meanwhile.is_alive())
+            return now < stop or (wanted and now < hard_stop)
 
-        workers = [threading.Thread(target=self._client, args=(host, go_on, random.Random(i)))
+        workers = [threading.Thread(target=self._client,
+                                    args=(host, go_on, random.Random(self.seed * 1000 + i)))
                    for i, host in enumerate(hosts * threads_per_host)]
         for w in workers:
             w.start()
+        if meanwhile is not None:
+            meanwhile.start()
         for w in workers:
             w.join(max(seconds, max_seconds) + 60)
+        if meanwhile is not None:
+            meanwhile.join(60)
+
+    def wait_for_grants(self, count: int) -> None:
+        """Until the churn has `count` acknowledged grants (it is under way)."""
+        until(f"{count} grants acknowledged", lambda: self.grants >= count, patience())
 
     def _client(self, host: Host, go_on: Callable[[], bool], rng: random.Random) -> None:
         mine: list[dict[str, Any]] = []
@@ -150,7 +168,7 @@ def test_three_hosts_churn_on_one_shared_device_without_overlap(
     cleanup.extend(hosts)
     devices = hosts[0].call("GET", "/v1/devices").json()
     assert len(devices) == 1 and devices[0]["host"] is None  # one ledger device, shared
-    churn = Churn()
+    churn = Churn(run_seed())
     churn.run(hosts, threads_per_host=2, seconds=6.0, min_grants=60)
     assert churn.errors == []
     assert churn.grants >= 60
@@ -175,22 +193,21 @@ def test_a_killed_hosts_capacity_returns_after_ttl_plus_grace_not_before(
     write_pattern(whole.json())
     assert hosts[0].grant(2 * MiB).status_code == 507
     hosts[2].kill()
-    killed = time.monotonic()
-    while True:
+
+    def granted() -> dict[str, Any] | None:
         response = hosts[0].grant(2 * MiB)
         if response.status_code == 201:
-            back = time.monotonic() - killed
-            break
+            return dict(response.json())
         assert response.json()["error"] == "NoCapacity"
-        assert time.monotonic() - killed < TTL_S + GRACE_S + 15, "capacity never came back"
-        time.sleep(0.05)
-    # The last heartbeat was at most a tick (plus its commit) before the kill.
-    assert back >= TTL_S + GRACE_S - 2 * TICK_S, back
-    lease = response.json()
+        return None
+    lease = until("the killed host's capacity comes back", granted, patience(TTL_S, GRACE_S))
     write_pattern(lease)
     assert hosts[1].grant(64 * MiB).status_code == 201  # the others use it too
     listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
     assert listed["host-2"]["state"] == "lost" and listed["host-2"]["live_leases"] == 0
+    # Not before ttl + grace of silence, by the ledger's clock: from the killed host's last
+    # heartbeat to its loss, and to the grant of its bytes.
+    silence_before(hosts[0], "host-2", lease)
     old = hosts[0].call("GET", f"/v1/leases/{whole.json()['id']}").json()
     assert old["state"] == "lost"
     assert pattern_intact(lease)
@@ -206,19 +223,23 @@ def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
     cleanup.extend(hosts)
     cut_off = hosts[2]
     whole = cut_off.grant(SIZE - 16 * MiB, ttl_s=600).json()
-    clients = [PooldClient(cut_off.url, token=cut_off.token) for _ in range(2)]
+    witnesses = [FenceWitness() for _ in range(2)]
+    clients = [PooldClient(cut_off.url, token=cut_off.token, transport=witness)
+               for witness in witnesses]
     try:
         sdk = [client.lease(8 * MiB, ttl_s=SDK_TTL_S) for client in clients]
         proxy.refuse()
-        _fenced_window(cut_off, hosts[0], whole, sdk)
+        _fenced_window(cut_off, hosts[0], whole, sdk, witnesses)
         # Healed: the fenced host records its leases lost, rejoins, and grants again; until
         # then it still grants nothing.
         proxy.heal()
-        deadline = time.monotonic() + 20
-        while (response := cut_off.grant(2 * MiB)).status_code != 201:
-            assert (response.status_code, response.json()["error"]) == (503, "HostFenced")
-            assert time.monotonic() < deadline, response.text
-            time.sleep(0.1)
+
+        def grants_again() -> bool:
+            response = cut_off.grant(2 * MiB)
+            if response.status_code != 201:
+                assert (response.status_code, response.json()["error"]) == (503, "HostFenced")
+            return response.status_code == 201
+        until("the healed host grants again", grants_again, patience(TTL_S), interval_s=0.1)
         for lease in (whole, *(lease.info.model_dump() for lease in sdk)):
             state = cut_off.call("GET", f"/v1/leases/{lease['id']}").json()["state"]
             assert state in {"lost", "scrubbing"}, (lease["id"], state)
@@ -233,33 +254,64 @@ def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
     assert report.returncode == 0, report.stdout + report.stderr
 
 
-def _fenced_window(cut_off: Host, other: Host, whole: dict[str, Any], sdk: list[Lease]) -> None:
+class FenceWitness(httpx.BaseTransport):
+    """The SDK's transport to the cut-off host: passes every request on, and notes when a
+    keepalive was first answered HostFenced (when the client learned its lease is lost)."""
+
+    def __init__(self) -> None:
+        self._real = httpx.HTTPTransport()
+        self.fenced_at: float | None = None  # time.monotonic()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._real.handle_request(request)
+        if (self.fenced_at is None and request.url.path.endswith("/keepalive")
+                and response.status_code == 503):
+            response.read()
+            if response.json().get("error") == "HostFenced":
+                self.fenced_at = time.monotonic()
+        return response
+
+
+def _fenced_window(cut_off: Host, other: Host, whole: dict[str, Any], sdk: list[Lease],
+                   witnesses: list[FenceWitness]) -> None:
     """From the cut on: the cut-off host grants nothing (503, HostFenced from host_ttl on, never
     anything else after), its SDK clients learn their leases are lost, and only after both does
-    another host get its bytes (host_ttl + grace); it stays fenced until the proxy heals."""
+    another host get its bytes (host_ttl + grace); it stays fenced until the proxy heals.
+
+    Times are seconds after the cut by this machine's monotonic clock, which the daemons' fences
+    read too; the cut-off host's last heartbeat started before the cut, so from host_ttl after
+    it every answer must be HostFenced, however late the loop runs."""
     cut = time.monotonic()
-    fenced_at = learned_at = others_at = None
-    while others_at is None or time.monotonic() - cut < others_at + 1.5:
-        elapsed = time.monotonic() - cut
-        assert elapsed < TTL_S + GRACE_S + 15, "nobody got the capacity"
+    give_up = patience(TTL_S, GRACE_S)
+    fenced_at: float | None = None
+    others_sent: float | None = None  # when the first grant the other host answered was sent
+    granted: dict[str, Any] = {}
+    while others_sent is None or time.monotonic() - cut < others_sent + 1.5:
+        sent = time.monotonic() - cut
+        assert sent < give_up, "nobody got the capacity"
         answer = cut_off.grant(2 * MiB)
         assert answer.status_code == 503, answer.text
         error = answer.json()["error"]
+        if sent > TTL_S + CLOCK_GRAIN_S or fenced_at is not None:
+            assert error == "HostFenced", (sent, error)
+        else:
+            assert error in ("LedgerUnavailable", "HostFenced"), (sent, error)
         if fenced_at is None and error == "HostFenced":
-            fenced_at = elapsed
-        assert error == ("HostFenced" if fenced_at is not None else "LedgerUnavailable"), error
-        if learned_at is None and all(lease.lost for lease in sdk):
-            learned_at = elapsed
-        if others_at is None:
+            fenced_at = sent
+        if others_sent is None:
             response = other.grant(2 * MiB)
             if response.status_code == 201:
-                others_at = elapsed
+                others_sent, granted = sent, response.json()
             else:
                 assert response.json()["error"] == "NoCapacity"
         time.sleep(0.05)
-    assert fenced_at is not None and fenced_at <= TTL_S + 1.0, fenced_at
-    assert learned_at is not None and learned_at < others_at, (fenced_at, learned_at, others_at)
-    assert others_at >= TTL_S + GRACE_S - 2 * TICK_S
+    assert fenced_at is not None
+    learned = [w.fenced_at for w in witnesses]
+    assert all(at is not None for at in learned), "an SDK client never heard HostFenced"
+    last_learned = max(at for at in learned if at is not None) - cut
+    assert last_learned < others_sent, (fenced_at, last_learned, others_sent)
+    # Not before ttl + grace of the cut-off host's silence, by the ledger's clock.
+    silence_before(other, cut_off.host_id, granted)
     for lease in sdk:
         assert lease.lost_reason is not None and lease.lost_reason.startswith("HostFenced")
         with pytest.raises(LeaseLost):
@@ -268,28 +320,49 @@ def _fenced_window(cut_off: Host, other: Host, whole: dict[str, Any], sdk: list[
     assert (answer.status_code, answer.json()["error"]) == (503, "HostFenced")
 
 
+def silence_before(observer: Host, silent: str, grant: dict[str, Any]) -> None:
+    """`silent` was declared lost, and `grant` (of its bytes, on another host) made, only after
+    host_ttl + grace without a heartbeat from it, judged on the ledger's timestamps."""
+    last_beat = parse_at(next(h for h in observer.call("GET", "/v1/hosts").json()
+                              if h["id"] == silent)["last_seen_at"])
+    declared = [e for e in observer.call("GET", "/v1/events", params={"kind": "host.lost"}).json()
+                if e["host"] == silent]
+    assert len(declared) == 1, declared
+    lost_at, granted_at = parse_at(declared[0]["at"]), parse_at(grant["granted_at"])
+    after = timedelta(seconds=TTL_S + GRACE_S)
+    assert last_beat + after <= lost_at <= granted_at, (last_beat, lost_at, granted_at)
+
+
+def parse_at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
 def test_the_database_dropping_every_connection_during_churn_loses_nothing(
         tmp_path: Path, pg_url: str, proxy: TcpProxy,
         cleanup: list[Host]) -> None:
     env = {**ENV, "POOLD_HOST_TTL_S": "8"}  # the outage is shorter: nobody is fenced
     hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, "128MiB", env)
     cleanup.extend(hosts)
-    churn = Churn()
+    churn = Churn(run_seed())
+    at_heal: list[int] = []  # grants acknowledged when the outage ended
 
     def outage() -> None:
-        time.sleep(2.0)
+        churn.wait_for_grants(20)  # during the churn, not before it
         proxy.refuse()
-        time.sleep(2.0)
+        time.sleep(2.0)  # the outage itself: well under host_ttl (8 s), nobody is fenced
         proxy.heal()
+        at_heal.append(churn.grants)
+        # The churn goes on until it has granted again after the outage.
+        until("grants after the outage", lambda: churn.grants >= at_heal[0] + 20, patience())
     breaker = threading.Thread(target=outage)
-    breaker.start()
-    churn.run(hosts, threads_per_host=2, seconds=8.0)
-    breaker.join()
+    churn.run(hosts, threads_per_host=2, seconds=8.0, meanwhile=breaker)
+    assert at_heal and churn.grants >= at_heal[0] + 20, (at_heal, churn.grants)
     unexpected = [e for e in churn.errors if e != "503 LedgerUnavailable"]
     assert unexpected == []
     assert churn.errors, "the outage was never seen"
     churn.check_ledger()
     for host in hosts:  # every host grants again
-        assert host.grant(2 * MiB).status_code == 201
+        until(f"{host.host_id} grants again",
+              lambda host=host: host.grant(2 * MiB).status_code == 201, patience(), 0.2)
     report = run_fsck(pg_url, tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr

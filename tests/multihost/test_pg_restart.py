@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.conftest import POSTGRES_URL
 from tests.multihost.hosts import Host, run_fsck, start_hosts
 from tests.multihost.test_multihost import ENV, Churn
 from tests.preconditions import unmet
+from tests.timing import patience, run_seed, until
 
 pytestmark = pytest.mark.slow
 
@@ -55,31 +55,28 @@ def test_a_real_postgresql_restart_during_churn_loses_nothing(
     env = {**ENV, "POOLD_HOST_TTL_S": "15"}  # a restart is seconds: nobody should be fenced
     hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", env)
     cleanup.extend(hosts)
-    churn = Churn()
-    restarted: list[float] = []  # when it began and ended, from the churn's start
+    churn = Churn(run_seed())
+    at_restart: list[int] = []  # grants acknowledged when the restart began and ended
 
     def restart() -> None:
-        time.sleep(2.0)
-        restarted.append(time.monotonic() - began)
+        churn.wait_for_grants(20)  # during the churn, not before it
+        at_restart.append(churn.grants)
         subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "restart"],
                        check=True, capture_output=True, timeout=60)
-        restarted.append(time.monotonic() - began)
+        at_restart.append(churn.grants)
+        # The churn goes on until it has granted again after the restart.
+        until("grants after the restart", lambda: churn.grants >= at_restart[1] + 20, patience())
 
-    breaker = threading.Thread(target=restart)
-    began = time.monotonic()
-    breaker.start()
-    churn.run(hosts, threads_per_host=2, seconds=CHURN_S)
-    breaker.join(90)
-    assert len(restarted) == 2, "the restart did not finish"
-    assert restarted[1] < CHURN_S, f"the restart ({restarted}) outlasted the churn"
+    churn.run(hosts, threads_per_host=2, seconds=CHURN_S, meanwhile=threading.Thread(
+        target=restart))
+    assert len(at_restart) == 2, "the restart did not finish"
+    assert churn.grants >= at_restart[1] + 20, f"no churn after the restart: {at_restart}"
     unexpected = [e for e in churn.errors if e != "503 LedgerUnavailable"]
     assert unexpected == []
     assert "503 LedgerUnavailable" in churn.errors, "no client saw the restart: no overlap"
     churn.check_ledger()  # every acknowledged grant is there, with its extent and pattern
     for host in hosts:  # and every host grants again
-        deadline = time.monotonic() + 20
-        while host.grant(2 * MiB).status_code != 201:
-            assert time.monotonic() < deadline, f"{host} never granted again"
-            time.sleep(0.2)
+        until(f"{host.host_id} grants again",
+              lambda host=host: host.grant(2 * MiB).status_code == 201, patience(), 0.2)
     report = run_fsck(pg_url, tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr
