@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from poold.config import MAX_BODY_BYTES
 from tests.daemon_fixtures import serving_daemon
+from tests.timing import patience
 
 
 @pytest.fixture
@@ -23,15 +23,16 @@ def url(tmp_path: Path) -> Iterator[str]:
 
 
 def test_a_declared_oversized_body_is_refused_before_it_is_sent(url: str) -> None:
-    """Content-Length over the limit: 413 at once, without waiting for a byte of the body."""
+    """Content-Length over the limit: 413 at once, without waiting for a byte of the body. The
+    client never sends one, and this server has no timeout that would end a wait for it, so
+    any answer at all is one given without waiting (a server that waited would leave the
+    socket's timeout to fail the test)."""
     host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as conn:
+    with socket.create_connection((host, int(port)), timeout=patience()) as conn:
         conn.sendall(b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000000000000\r\n\r\n")
-        started = time.monotonic()
         reply = conn.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 413"), reply
-    assert time.monotonic() - started < 2
     assert json.loads(reply.partition("\r\n\r\n")[2])["error"] == "PayloadTooLarge"
 
 
