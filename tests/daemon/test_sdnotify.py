@@ -18,14 +18,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from poold.daemon import app
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from tests.daemon_fixtures import free_port, serving_daemon
+from tests.timing import patience, until
 
 WATCHDOG_USEC = 400_000  # pings every 0.2 s: several within a second
+WATCHDOG_S = WATCHDOG_USEC / 2 / 1e6
+PERIOD_S = 0.05  # of keep_watchdog run directly
 
 
 class FakeSystemd:
@@ -38,10 +43,11 @@ class FakeSystemd:
         self.messages: list[tuple[float, set[str]]] = []
 
     def receive(self, timeout_s: float) -> set[str] | None:
+        """The next datagram, waiting up to `timeout_s` (0: only one already queued)."""
         self.sock.settimeout(timeout_s)
         try:
             data = self.sock.recv(4096)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):
             return None
         lines = set(data.decode().splitlines())
         self.messages.append((time.monotonic(), lines))
@@ -56,12 +62,22 @@ class FakeSystemd:
                 return self.messages[-1][0]
         raise AssertionError(f"no {line} within {timeout_s}s; got {self.messages}")
 
-    def count(self, line: str, seconds: float) -> int:
-        deadline = time.monotonic() + seconds
+    def wait_for_count(self, line: str, count: int, timeout_s: float) -> None:
+        """Until `count` datagrams holding `line` have arrived from now on."""
+        deadline = time.monotonic() + timeout_s
         seen = 0
-        while (left := deadline - time.monotonic()) > 0:
+        while seen < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{seen} of {count} {line} within {timeout_s:g}s: {self.messages}"
             got = self.receive(left)
             seen += got is not None and line in got
+
+    def drain(self, line: str) -> int:
+        """How many datagrams holding `line` are queued now (a datagram is queued here once
+        its sender's send returned), read without waiting for more."""
+        seen = 0
+        while (got := self.receive(0)) is not None:
+            seen += line in got
         return seen
 
     def close(self) -> None:
@@ -116,27 +132,38 @@ def test_a_vanished_socket_never_raises(tmp_path: Path) -> None:
 
 
 def test_watchdog_pings_only_while_healthy(systemd: FakeSystemd) -> None:
+    """Pings are counted over a number of the watchdog's probes in each state, not over a
+    stretch of wall-clock time: the loop probes, pings if healthy, sleeps, in that order, all in
+    this event loop, so once the fifth probe of a state has begun, the four before it have had
+    their ping sent (or not) into the fake's queue."""
     notifier = Notifier(systemd.address)
     health = {"mode": "up"}
+    probes = {"up": 0, "down": 0, "crash": 0}
 
     async def probe() -> str | None:
-        if health["mode"] == "crash":
+        mode = health["mode"]
+        probes[mode] += 1
+        if mode == "crash":
             raise RuntimeError("probe crashed")
-        return None if health["mode"] == "up" else "ledger down"
+        return None if mode == "up" else "ledger down"
 
     async def pings_while(mode: str) -> int:
-        health["mode"] = mode
-        await asyncio.to_thread(systemd.count, "WATCHDOG=1", 0.1)  # let a ping under way land
-        return await asyncio.to_thread(systemd.count, "WATCHDOG=1", 0.5)
+        health["mode"], probes[mode] = mode, 0
+        systemd.drain("WATCHDOG=1")  # what was sent before the switch: all queued by now
+        deadline = time.monotonic() + patience(5 * PERIOD_S)
+        while probes[mode] < 5:
+            assert time.monotonic() < deadline, f"the watchdog stopped probing ({mode})"
+            await asyncio.sleep(0.01)
+        return systemd.drain("WATCHDOG=1")
 
     async def scenario() -> list[int]:
-        task = asyncio.create_task(keep_watchdog(notifier, 0.05, probe))
+        task = asyncio.create_task(keep_watchdog(notifier, PERIOD_S, probe))
         counts = [await pings_while(mode) for mode in ("up", "down", "crash", "up")]
         task.cancel()
         return counts
 
     up, down, crashed, back = asyncio.run(scenario())
-    assert up >= 3 and back >= 3
+    assert up >= 4 and back >= 4
     assert down == 0 and crashed == 0
 
 
@@ -145,11 +172,30 @@ def test_daemon_watchdog_stops_when_the_writer_stops(tmp_path: Path, systemd: Fa
     monkeypatch.setenv("NOTIFY_SOCKET", systemd.address)
     monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    found: list[str | None] = []  # what each of the daemon's watchdog probes found
+    real = app.ledger_problem
+
+    async def probe(*args: Any, **kwargs: Any) -> str | None:
+        problem = await real(*args, **kwargs)
+        found.append(problem)
+        return problem
+    monkeypatch.setattr(app, "ledger_problem", probe)
+
+    def problems_since(start: int) -> int:
+        return sum(problem is not None for problem in found[start:])
+
     with serving_daemon(tmp_path) as (daemon, _url):
-        assert systemd.count("WATCHDOG=1", 1.0) >= 3
+        systemd.wait_for_count("WATCHDOG=1", 3, patience(3 * WATCHDOG_S))
         daemon.ledger.writer.stop()  # as if it had died: nothing answers a command any more
-        systemd.count("WATCHDOG=1", 0.5)  # a ping already under way may still land
-        assert systemd.count("WATCHDOG=1", 1.0) == 0
+        stopped = len(found)
+        # A probe under way may still have succeeded and pinged; once one found the writer
+        # gone, every such ping is queued (the watchdog probes and pings one after another).
+        until("a probe finds the writer stopped", lambda: problems_since(stopped) >= 1,
+              patience(WATCHDOG_S))
+        systemd.drain("WATCHDOG=1")
+        since = len(found)
+        until("three more probes", lambda: problems_since(since) >= 3, patience(3 * WATCHDOG_S))
+        assert systemd.drain("WATCHDOG=1") == 0
 
 
 @pytest.mark.slow
@@ -168,12 +214,14 @@ def test_serve_notifies_ready_watchdog_and_stopping(tmp_path: Path, systemd: Fak
             stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     try:
         systemd.wait_for("READY=1", 60)
-        # READY=1 means serving: the very first request on each socket is answered at once.
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        # READY=1 means serving: the very first request on each socket is answered (not
+        # refused, however long a loaded machine takes to answer it).
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz",
+                         timeout=patience()).status_code == 200
         uds = httpx.HTTPTransport(uds=str(runtime / "api.sock"))
-        with httpx.Client(transport=uds, base_url="http://poold", timeout=2) as client:
+        with httpx.Client(transport=uds, base_url="http://poold", timeout=patience()) as client:
             assert client.get("/readyz").json()["status"] == "ready"
-        assert systemd.count("WATCHDOG=1", 1.5) >= 3
+        systemd.wait_for_count("WATCHDOG=1", 3, patience(3 * WATCHDOG_S))
         process.send_signal(signal.SIGTERM)
         systemd.wait_for("STOPPING=1", 10)
         process.wait(30)
