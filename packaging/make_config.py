@@ -50,6 +50,7 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     "emulate_uid": ("unset (the device is this host's own)", "emulated:shared-emu0"),
     "shared_devices": ("none", ["cxl:serial:*"]),
     "manual_regions": ("none: every dynamic region is carved per lease", ["dax1"]),
+    "trusted_pools": ("none: a device handed out whole serves one tenant at a time", ["lab"]),
     "default_tenant_max_bytes": ("unset (unlimited)", "64GiB"),
 }
 
