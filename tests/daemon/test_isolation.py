@@ -44,6 +44,7 @@ from poold.daemon.fdpass import REQUEST_TIMEOUT_S
 from poold.daemon.statedir import StateDirBusy
 from poold.types import MiB
 from tests.daemon_fixtures import free_port, serving_daemon
+from tests.timing import patience, until
 
 NOBODY = 65534
 DEVICE = 64 * MiB
@@ -198,7 +199,8 @@ def test_two_daemons_on_one_machine_never_share_memory(tmp_path: Path) -> None:
             ym.buffer[:] = b"y" * DEVICE
             assert bytes(xm.buffer) == b"x" * DEVICE
         y.release()  # its scrub empties its memory, not the other's
-        time.sleep(0.5)
+        until("y's scrub finishes", lambda: second.get_lease(y.id).state == "released",
+              patience())
         with x.map() as xm:
             assert bytes(xm.buffer) == b"x" * DEVICE
         x.release()
