@@ -36,7 +36,9 @@ EXPECTED: dict[str, set[str]] = {
     "lease.scrubbed": {"scrubber"},
     "claim.created": {"allocator"}, "claim.released": {"allocator", "reaper", ADMIN},
     "claim.adopted": {"reaper"},
-    "device.added": {"inventory"}, "device.changed": {"inventory"},
+    # device.changed: what discovery saw change, or a grant binding a device handed out whole
+    # to its tenant (the dax pool here is not trusted).
+    "device.added": {"inventory"}, "device.changed": {"inventory", ALICE},
     "device.missing": {"inventory"},
     "device.created": {ADMIN}, "device.destroyed": {ADMIN}, "device.resized": {ADMIN},
     "device.reconfigured": {ADMIN}, "device.drained": {ADMIN}, "device.undrained": {ADMIN},
