@@ -1,7 +1,7 @@
 """Engines, connection settings and schema upgrades for both dialects.
 
 Owns how poold talks to SQLite and PostgreSQL: PRAGMAs, the writer's BEGIN IMMEDIATE, pool sizes,
-and running Alembic. Leaves every query to `poold.ledger.repository`.
+and running Alembic. Leaves every query to `poold.ledger.queries`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ledger: hosts, pools, devices, claims, leases and events, and every rule about them.
 
 Writes go through the single `LedgerWriter` as commands from `leases` and `registry`; reads through
-`reads`; all SQL lives in `repository`; `fsck` checks the invariants of DESIGN.md.
+`reads`; all SQL lives in `queries`; `fsck` checks the invariants of DESIGN.md.
 """

@@ -22,8 +22,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from poold.ledger import queries as q
 from poold.ledger import reads
-from poold.ledger import repository as repo
 from poold.types import DeviceState
 
 
@@ -98,7 +98,7 @@ def capacity(session: Session, now: datetime) -> Capacity:
         )
         for d in reads.devices(session, now)
     ]
-    names = sorted(repo.pool_names(session).values())
+    names = sorted(q.pools.pool_names(session).values())
     return Capacity(pools=[_pool(name, devices) for name in names], devices=devices)
 
 

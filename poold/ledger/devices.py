@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from poold.errors import Conflict, DeviceBusy, UnknownDevice
 from poold.ledger import leases
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.reads import devices as device_views
 from poold.ledger.tx import Tx
 from poold.ledger.views import DeviceView
@@ -44,7 +44,7 @@ class Held:
 
 
 def _device(tx: Tx, devname: str) -> Device:
-    device = repo.device_by_devname(tx.session, tx.host_id, devname)
+    device = q.devices.device_by_devname(tx.session, tx.host_id, devname)
     if device is None:
         raise UnknownDevice(f"no device {devname!r} on host {tx.host_id}")
     return device
@@ -55,12 +55,12 @@ def drain(tx: Tx, devname: str, actor: str) -> None:
     device = _device(tx, devname)
     if device.state == DeviceState.MISSING:
         raise Conflict(f"{devname} is missing: there is nothing to drain")
-    if repo.change_device_state(tx.session, device.id, DeviceState.ONLINE, DeviceState.DRAINING,
-                                tx.now):
-        live = len(repo.live_leases_on_device(tx.session, device.id))
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_DRAINED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, devname=devname,
-                       live_leases=live)
+    if q.devices.change_device_state(tx.session, device.id, DeviceState.ONLINE,
+                                     DeviceState.DRAINING, tx.now):
+        live = len(q.leases.live_leases_on_device(tx.session, device.id))
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_DRAINED, actor=actor,
+                           host_id=tx.host_id, device_id=device.id, devname=devname,
+                           live_leases=live)
 
 
 def undrain(tx: Tx, devname: str, actor: str) -> None:
@@ -68,10 +68,10 @@ def undrain(tx: Tx, devname: str, actor: str) -> None:
     device = _device(tx, devname)
     if device.state == DeviceState.MISSING:
         raise Conflict(f"{devname} is missing: it cannot be made leasable")
-    if repo.change_device_state(tx.session, device.id, DeviceState.DRAINING, DeviceState.ONLINE,
-                                tx.now):
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_UNDRAINED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, devname=devname)
+    if q.devices.change_device_state(tx.session, device.id, DeviceState.DRAINING,
+                                     DeviceState.ONLINE, tx.now):
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_UNDRAINED, actor=actor,
+                           host_id=tx.host_id, device_id=device.id, devname=devname)
 
 
 def unbind_tenant(tx: Tx, devname: str, actor: str) -> None:
@@ -80,14 +80,14 @@ def unbind_tenant(tx: Tx, devname: str, actor: str) -> None:
     hold of it, a descriptor or a mapping, the kernel cannot take back from a static device: free
     it when they are gone.)"""
     device = _device(tx, devname)
-    live = repo.holding_leases_on_device(tx.session, device.id)
+    live = q.leases.holding_leases_on_device(tx.session, device.id)
     if live:
         raise DeviceBusy(f"{devname} holds {len(live)} live lease(s) of "
                          f"{device.tenant_scope or 'no tenant'}: let them end, or revoke them")
     if device.tenant_scope is not None:
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, devname=devname,
-                       changed={"tenant_scope": None}, was=device.tenant_scope)
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor=actor,
+                           host_id=tx.host_id, device_id=device.id, devname=devname,
+                           changed={"tenant_scope": None}, was=device.tenant_scope)
         device.tenant_scope = None
 
 
@@ -96,10 +96,10 @@ def hold(tx: Tx, devname: str, actor: str, operation: str) -> Held:
     after its end); else hold it (tx.held) until `finish` or `give_back`. Writes nothing but
     what the reaper would: a lease past expires_at is finalised first, since it holds nothing."""
     leases.reap(tx)
-    device = repo.device_by_devname(tx.session, tx.host_id, devname)
+    device = q.devices.device_by_devname(tx.session, tx.host_id, devname)
     if device is None or device.state == DeviceState.MISSING:
         return Held(devname, None if device is None else device.id, operation)
-    live = repo.holding_leases_on_device(tx.session, device.id)
+    live = q.leases.holding_leases_on_device(tx.session, device.id)
     if live:
         ids = ", ".join(f"{lease.id} {lease.state}" for lease in live[:5])
         raise DeviceBusy(f"{devname} holds {len(live)} live lease(s) ({ids}): cannot {operation}"
@@ -122,20 +122,20 @@ def release_claims(tx: Tx, held: Held, actor: str) -> None:
     reconciled next in the same transaction, then sees a device nobody claims)."""
     if held.device_id is None:
         return
-    for claim_id, offset, length in repo.release_idle_claims(tx.session, held.device_id,
-                                                             tx.host_id, tx.now):
+    for claim_id, offset, length in q.claims.release_idle_claims(tx.session, held.device_id,
+                                                                 tx.host_id, tx.now):
         tx.space.drop_claim(claim_id)
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.CLAIM_RELEASED, actor=actor,
-                       host_id=tx.host_id, device_id=held.device_id, claim_id=claim_id,
-                       offset=offset, length=length, reason=held.operation)
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.CLAIM_RELEASED, actor=actor,
+                           host_id=tx.host_id, device_id=held.device_id, claim_id=claim_id,
+                           offset=offset, length=length, reason=held.operation)
 
 
 def finish(tx: Tx, held: Held, kind: EventKind, actor: str, **details: Any) -> None:
     """Record the change (after `release_claims` and the reconcile, in their transaction)."""
-    device = repo.device_by_devname(tx.session, tx.host_id, held.devname)
-    repo.add_event(tx.session, at=tx.now, kind=kind, actor=actor, host_id=tx.host_id,
-                   device_id=device.id if device is not None else held.device_id,
-                   devname=held.devname, **details)
+    device = q.devices.device_by_devname(tx.session, tx.host_id, held.devname)
+    q.events.add_event(tx.session, at=tx.now, kind=kind, actor=actor, host_id=tx.host_id,
+                       device_id=device.id if device is not None else held.device_id,
+                       devname=held.devname, **details)
 
 
 def view(session: Session, now: datetime, host_id: str, devname: str) -> DeviceView | None:

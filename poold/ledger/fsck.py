@@ -15,7 +15,7 @@ from itertools import pairwise
 
 from sqlalchemy.orm import Session
 
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.models import Claim, Device, Lease, Pool
 from poold.types import HOLDING_STATES, ClaimState, DeviceKind, EventKind, LeaseState
 
@@ -43,16 +43,16 @@ class FsckReport:
 
 def fsck(session: Session, now: datetime) -> FsckReport:
     report = FsckReport()
-    devices = repo.devices_by_id(session)
-    claims = [c for c in repo.all_claims(session) if c.state == ClaimState.ACTIVE]
-    leases = repo.all_leases(session)
+    devices = q.devices.devices_by_id(session)
+    claims = [c for c in q.claims.all_claims(session) if c.state == ClaimState.ACTIVE]
+    leases = q.leases.all_leases(session)
     live = [x for x in leases if x.state in HOLDING_STATES]  # scrubbing ones hold bytes too
     report.devices, report.claims, report.leases = len(devices), len(claims), len(live)
     _check_extents(report, devices, "claim", claims)
     _check_extents(report, devices, "lease", live)
     _check_leases_inside_claims(report, live, {c.id: c for c in claims})
     _check_events(report, session, leases)
-    _check_tenant_scopes(report, devices, live, repo.pools_by_id(session))
+    _check_tenant_scopes(report, devices, live, q.pools.pools_by_id(session))
     for lease in live:
         if lease.state == LeaseState.ACTIVE and lease.expires_at <= now:
             report.warnings.append(f"lease {lease.id} expired at {lease.expires_at} "
@@ -117,7 +117,7 @@ def _check_tenant_scopes(report: FsckReport, devices: dict[int, Device], live: l
 
 def _check_events(report: FsckReport, session: Session, leases: Sequence[Lease]) -> None:
     """Invariant 7: each lease has its grant event and the event of the state it ended in."""
-    kinds = repo.events_for_leases(session)
+    kinds = q.events.events_for_leases(session)
     for lease in leases:
         have = kinds.get(lease.id, set())
         if EventKind.LEASE_GRANTED not in have:

@@ -34,7 +34,7 @@ from poold.errors import (
     UnknownLease,
     UnknownPool,
 )
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger import sharing
 from poold.ledger.tx import Tx, scrubs_before_reuse
 from poold.ledger.views import DeviceRecord, LeaseRecord, LeaseView, PoolRecord, effective_state
@@ -97,8 +97,8 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         raise InvalidRequest(f"size must be between 1 and {MAX_BYTES} bytes, got {request.size}")
     digest = request.digest()
     if request.idempotency_key is not None:
-        replay = repo.lease_record_by_key(tx.conn, tx.host_id, request.tenant,
-                                          request.idempotency_key)
+        replay = q.leases.lease_record_by_key(tx.conn, tx.host_id, request.tenant,
+                                              request.idempotency_key)
         if replay is not None:
             if replay.request_digest != digest:
                 raise IdempotencyConflict(
@@ -123,12 +123,12 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     lease = LeaseRecord(
         id=uuid.uuid4().hex, pool_id=pool.id, device_id=device.id, claim_id=claim_id,
         host_id=tx.host_id, tenant=request.tenant, offset=extent.offset, length=extent.length,
-        generation=repo.next_generations(tx.conn, 1), ttl_s=ttl_s, granted_at=tx.now,
+        generation=q.counters.next_generations(tx.conn, 1), ttl_s=ttl_s, granted_at=tx.now,
         expires_at=tx.now + timedelta(seconds=ttl_s), ended_at=None,
         state=LeaseState.ACTIVE.value, labels=dict(request.labels),
         idempotency_key=request.idempotency_key, request_digest=digest,
     )
-    repo.insert_lease(tx.conn, lease)
+    q.leases.insert_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
              lease_id=lease.id, offset=extent.offset, length=extent.length,
              generation=lease.generation, ttl_s=ttl_s, requested=request.size)
@@ -144,7 +144,7 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
     pool = _pool_record(tx, lease.pool_id)
     ttl = _ttl(pool, ttl_s if ttl_s is not None else lease.ttl_s)
     expires_at = tx.now + timedelta(seconds=ttl)
-    if repo.renew_lease(tx.conn, lease_id, tx.now, expires_at, ttl) == 1:
+    if q.leases.renew_lease(tx.conn, lease_id, tx.now, expires_at, ttl) == 1:
         tx.event(EventKind.LEASE_RENEWED, actor, host_id=lease.host_id,
                  device_id=lease.device_id, lease_id=lease_id,
                  expires_at=expires_at.isoformat(), ttl_s=ttl)
@@ -175,7 +175,7 @@ def reap(tx: Tx, limit: int = REAP_BATCH) -> int:
     """
     tx.refresh_catalog()
     reaped = 0
-    for lease in repo.expired_leases(tx.conn, tx.host_id, tx.now, limit):
+    for lease in q.leases.expired_leases(tx.conn, tx.host_id, tx.now, limit):
         reaped += _expire(tx, lease)
     return reaped
 
@@ -184,7 +184,7 @@ def _end(tx: Tx, lease_id: str, state: LeaseState, kind: EventKind, actor: str) 
     _known_id(lease_id)
     # The usual case, in one statement whose WHERE clause holds every check: this host's lease,
     # active and still valid.
-    ended = repo.end_own_lease(tx.conn, lease_id, tx.host_id, state, tx.now)
+    ended = q.leases.end_own_lease(tx.conn, lease_id, tx.host_id, state, tx.now)
     if ended is not None:
         return view(tx, _ended(tx, ended, kind, actor))
     lease = _lease(tx, lease_id)
@@ -198,7 +198,7 @@ def _end(tx: Tx, lease_id: str, state: LeaseState, kind: EventKind, actor: str) 
 
 
 def _expire(tx: Tx, lease: LeaseRecord) -> int:
-    if not repo.expire_lease(tx.conn, lease.id, tx.now):
+    if not q.leases.expire_lease(tx.conn, lease.id, tx.now):
         return 0
     _ended(tx, replace(lease, state=LeaseState.EXPIRED.value, ended_at=tx.now),
            EventKind.LEASE_EXPIRED, "reaper")
@@ -212,7 +212,7 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseReco
     scrub = scrubs_before_reuse(tx, _pool_record(tx, lease.pool_id), lease.device_id)
     tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
              offset=lease.offset, length=lease.length, generation=lease.generation, scrub=scrub)
-    if scrub and repo.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):
+    if scrub and q.scrubs.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):
         return replace(lease, state=LeaseState.SCRUBBING.value, ended_as=lease.state,
                        scrubbed_bytes=0)
     tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
@@ -221,13 +221,13 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseReco
 
 def scrub_progress(tx: Tx, lease_id: str, done: int) -> None:
     """Record how much of a scrubbing lease is zeroed (what `poold` shows as progress)."""
-    repo.scrub_progress(tx.conn, lease_id, done)
+    q.scrubs.scrub_progress(tx.conn, lease_id, done)
 
 
 def finish_scrub(tx: Tx, lease_id: str, actor: str = "scrubber") -> LeaseView | None:
     """The lease's bytes are zero: it takes the state it ended as and its extent is free.
     None if it was not scrubbing (finished already, or lost with its device)."""
-    lease = repo.finish_scrub(tx.conn, lease_id)
+    lease = q.scrubs.finish_scrub(tx.conn, lease_id)
     if lease is None:
         return None
     tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
@@ -264,7 +264,7 @@ def _known_id(lease_id: str) -> None:
 
 def _lease(tx: Tx, lease_id: str, tenant_only: str | None = None) -> LeaseRecord:
     _known_id(lease_id)
-    lease = repo.lease_record(tx.conn, lease_id)
+    lease = q.leases.lease_record(tx.conn, lease_id)
     if lease is None or (tenant_only is not None and lease.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
     return lease
@@ -285,7 +285,7 @@ def _bind(tx: Tx, device: DeviceRecord, request: GrantRequest, claim_id: int,
     """The first lease on a free device handed out whole: the device is its tenant's from now
     on, in the WHERE clause (another host may have bound it first: then this grant is refused)."""
     scope = tenant_scope(request.tenant)
-    if not repo.bind_device(tx.conn, device.id, scope):
+    if not q.devices.bind_device(tx.conn, device.id, scope):
         tx.space.free(claim_id, extent)
         tx.refresh_catalog()
         raise DeviceBound(f"{device.devname} was just bound to another tenant's leases")
@@ -299,17 +299,17 @@ def _check_quota(tx: Tx, tenant: str, length: int) -> None:
     to the end of the transaction, so grants on other hosts wait rather than both pass. A
     tenant's first lease creates its row with the default quotas (two hosts creating it at
     once: one insert fails, and the writer reruns that grant, which then finds it)."""
-    quota = repo.lock_tenant_quota(tx.conn, tenant)
+    quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
     if quota is None:
         max_bytes, max_leases = tx.tenant_defaults
-        repo.insert_tenant(tx.conn, tenant, tx.now, max_bytes, max_leases)
+        q.tenants.insert_tenant(tx.conn, tenant, tx.now, max_bytes, max_leases)
         tx.event(EventKind.TENANT_CHANGED, "daemon", host_id=tx.host_id, tenant=tenant,
                  max_bytes=max_bytes, max_leases=max_leases, reason="first lease")
-        quota = repo.lock_tenant_quota(tx.conn, tenant)
+        quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
     if quota is None or quota == (None, None):
         return
     max_bytes, max_leases = quota
-    leased, live = repo.tenant_usage(tx.conn, tenant, tx.now)
+    leased, live = q.tenants.tenant_usage(tx.conn, tenant, tx.now)
     if max_leases is not None and live + 1 > max_leases:
         raise QuotaExceeded(f"tenant {tenant!r} holds {live} leases; its quota is {max_leases}")
     if max_bytes is not None and leased + length > max_bytes:
@@ -425,18 +425,18 @@ def _claim(tx: Tx, pool: PoolRecord, device: DeviceRecord, length: int,
            make_room: bool = False) -> bool:
     """Claim a slice of the device big enough for `length`, placed among every host's claims;
     with `make_room`, after freeing what nobody uses (poold.ledger.sharing.make_room)."""
-    device = repo.lock_device(tx.conn, device.id)  # and read it as it is now
+    device = q.devices.lock_device(tx.conn, device.id)  # and read it as it is now
     if make_room:
         sharing.make_room(tx, device)
     taken = ExtentAllocator(device.size, device.align)
-    for claimed in repo.live_claim_extents(tx.conn, device.id):
+    for claimed in q.claims.live_claim_extents(tx.conn, device.id):
         taken.reserve(claimed)
     slice_ = round_up(pool.claim_slice, device.align) if pool.claim_slice else device.size
     extent = taken.allocate(min(round_up(length, slice_), device.size)) or taken.allocate(length)
     if extent is None:
         return False
-    claim_id = repo.insert_claim(tx.conn, device_id=device.id, host_id=tx.host_id,
-                                 extent=extent, now=tx.now)
+    claim_id = q.claims.insert_claim(tx.conn, device_id=device.id, host_id=tx.host_id,
+                                     extent=extent, now=tx.now)
     tx.space.add_claim(claim_id, device.id, extent, device.align)
     tx.checked_claims.add(claim_id)
     tx.event(EventKind.CLAIM_CREATED, "allocator", host_id=tx.host_id, device_id=device.id,

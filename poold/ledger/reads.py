@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from poold.errors import UnknownDevice, UnknownHost, UnknownLease, UnknownPool
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.views import (
     ClaimView,
     DeviceView,
@@ -26,12 +26,12 @@ from poold.types import DeviceKind, DeviceState, LeaseState, is_lease_id
 
 
 def devices(session: Session, now: datetime) -> list[DeviceView]:
-    names = repo.pool_names(session)
-    claimed = repo.live_usage(session, Claim, "device", None)
-    leased = repo.live_usage(session, Lease, "device", now)
-    scrubbing = repo.live_usage(session, Lease, "device", None, LeaseState.SCRUBBING.value)
+    names = q.pools.pool_names(session)
+    claimed = q.counters.live_usage(session, Claim, "device", None)
+    leased = q.counters.live_usage(session, Lease, "device", now)
+    scrubbing = q.counters.live_usage(session, Lease, "device", None, LeaseState.SCRUBBING.value)
     return [_device_view(d, names[d.pool_id], claimed, leased, scrubbing)
-            for d in repo.list_devices(session)]
+            for d in q.devices.list_devices(session)]
 
 
 def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
@@ -55,7 +55,7 @@ def pools(session: Session, now: datetime) -> list[PoolView]:
     for device in devices(session, now):
         by_pool.setdefault(device.pool, []).append(device)
     views = []
-    for pool in repo.list_pools(session):
+    for pool in q.pools.list_pools(session):
         # Missing devices hold no leasable bytes; their live extents are still reported.
         members = by_pool.get(pool.name, [])
         present = [d for d in members if d.state != DeviceState.MISSING]
@@ -76,7 +76,7 @@ def pools(session: Session, now: datetime) -> list[PoolView]:
 
 
 def pool_id(session: Session, name: str) -> int:
-    pool = repo.get_pool_by_name(session, name)
+    pool = q.pools.get_pool_by_name(session, name)
     if pool is None:
         raise UnknownPool(f"no pool {name!r}")
     return pool.id
@@ -87,7 +87,7 @@ def lease(session: Session, lease_id: str, now: datetime, *,
     """`tenant_only`: asked by that tenant, to whom other tenants' leases do not exist."""
     if not is_lease_id(lease_id):  # names no lease: no query
         raise UnknownLease(f"no lease {lease_id[:64]!r}")
-    found = repo.get_lease(session, lease_id)
+    found = q.leases.get_lease(session, lease_id)
     if found is None or (tenant_only is not None and found.tenant != tenant_only):
         raise UnknownLease(f"no lease {lease_id!r}")
     return _lease_views(session, [found], now)[0]
@@ -98,7 +98,7 @@ def lease_memory(session: Session, lease_id: str, now: datetime
     """A lease with the kind and NUMA node of its device: where its memory is (the fd server
     hands a chardev for devdax and emulated devices, a node-bound memfd for system-ram)."""
     view = lease(session, lease_id, now)
-    device = repo.devices_by_id(session)[view.device_id]
+    device = q.devices.devices_by_id(session)[view.device_id]
     return view, device.kind, device.numa_node
 
 
@@ -106,16 +106,16 @@ def memory_leases(session: Session, now: datetime, *, host_id: str
                   ) -> dict[str, tuple[DeviceKind, LeaseState]]:
     """This host's leases that still hold their extent (active or scrubbing) on devices whose
     leases are memory objects of the daemon (emulated, system-ram): id -> (kind, state)."""
-    kinds = {d.id: DeviceKind(d.kind) for d in repo.list_devices(session)
+    kinds = {d.id: DeviceKind(d.kind) for d in q.devices.list_devices(session)
              if d.kind in (DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM)}
     return {x.id: (kinds[x.device_id], LeaseState(x.state))
-            for x in repo.live_leases(session, host_id=host_id) if x.device_id in kinds}
+            for x in q.leases.live_leases(session, host_id=host_id) if x.device_id in kinds}
 
 
 def region_leases(session: Session, now: datetime, *, host_id: str) -> list[LeaseView]:
     """This host's leases that hold their extent on regions carved per lease."""
-    devices_ = repo.devices_by_id(session)
-    found = [x for x in repo.live_leases(session, host_id=host_id)
+    devices_ = q.devices.devices_by_id(session)
+    found = [x for x in q.leases.live_leases(session, host_id=host_id)
              if devices_[x.device_id].kind == DeviceKind.DAX_REGION]
     return _lease_views(session, found, now)
 
@@ -124,27 +124,27 @@ def leases(session: Session, now: datetime, *, state: LeaseState | None = None,
            pool: str | None = None, tenant: str | None = None, host: str | None = None,
            limit: int = 1000) -> list[LeaseView]:
     pid = pool_id(session, pool) if pool is not None else None
-    found = repo.list_leases(session, state=state, pool_id=pid, now=now, limit=limit,
-                             tenant=tenant, host_id=host)
+    found = q.leases.list_leases(session, state=state, pool_id=pid, now=now, limit=limit,
+                                 tenant=tenant, host_id=host)
     return _lease_views(session, found, now)
 
 
 def _lease_views(session: Session, found: Sequence[Lease], now: datetime) -> list[LeaseView]:
-    devices_ = repo.devices_by_id(session)
-    names = repo.pool_names(session)
+    devices_ = q.devices.devices_by_id(session)
+    names = q.pools.pool_names(session)
     return [LeaseView.build(x, devices_[x.device_id], names[x.pool_id], now) for x in found]
 
 
 def events(session: Session, *, limit: int = 100, after_id: int | None = None,
            lease_id: str | None = None, kind: str | None = None) -> list[EventView]:
-    found = repo.list_events(session, limit=limit, after_id=after_id, lease_id=lease_id,
-                             kind=kind)
+    found = q.events.list_events(session, limit=limit, after_id=after_id, lease_id=lease_id,
+                                 kind=kind)
     return [EventView.build(e) for e in found]
 
 
 def hosts(session: Session, now: datetime) -> list[HostView]:
-    claimed = repo.live_usage(session, Claim, "host", None)
-    leased = repo.live_usage(session, Lease, "host", now)
+    claimed = q.counters.live_usage(session, Claim, "host", None)
+    leased = q.counters.live_usage(session, Lease, "host", now)
     return [
         HostView(
             id=h.id, name=h.name, state=h.state, registered_at=h.registered_at,
@@ -153,7 +153,7 @@ def hosts(session: Session, now: datetime) -> list[HostView]:
             claims=claimed.get(h.id, (0, 0))[1], claimed_bytes=claimed.get(h.id, (0, 0))[0],
             live_leases=leased.get(h.id, (0, 0))[1], leased_bytes=leased.get(h.id, (0, 0))[0],
         )
-        for h in repo.list_hosts(session)
+        for h in q.hosts.list_hosts(session)
     ]
 
 
@@ -172,17 +172,17 @@ def device_extents(session: Session, device_id: int, now: datetime
         raise UnknownDevice(f"no device {device_id}")
     claims = [ClaimView(id=c.id, host=c.host_id, offset=c.offset, length=c.length,
                         created_at=c.created_at)
-              for c in repo.live_claims(session, device_id=device_id)]
-    return device, claims, _lease_views(session, repo.live_leases_on_device(session, device_id),
+              for c in q.claims.live_claims(session, device_id=device_id)]
+    return device, claims, _lease_views(session, q.leases.live_leases_on_device(session, device_id),
                                         now)
 
 
 def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJob]:
     """This host's leases waiting to be zeroed (or, on a region carved per lease, for their
     device to go), with where their bytes are."""
-    devices_ = repo.devices_by_id(session)
-    scrubs = {p.id: p.scrub_on_release for p in repo.list_pools(session)}
+    devices_ = q.devices.devices_by_id(session)
+    scrubs = {p.id: p.scrub_on_release for p in q.pools.list_pools(session)}
     return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
                      length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind,
                      zero=scrubs.get(x.pool_id, True))
-            for x in repo.scrubbing_leases(session, host_id)]
+            for x in q.scrubs.scrubbing_leases(session, host_id)]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from poold.inventory import DeviceSpec
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.tx import Tx
 from poold.models import Device, Host, Pool
 from poold.types import DeviceState, EventKind, Extent, HostState
@@ -32,23 +32,23 @@ class PoolPolicy:
 
 
 def register_host(tx: Tx, name: str) -> None:
-    host = repo.get_host(tx.session, tx.host_id)
+    host = q.hosts.get_host(tx.session, tx.host_id)
     if host is None:
         tx.session.add(Host(id=tx.host_id, name=name, state=HostState.UP, registered_at=tx.now,
                             last_seen_at=tx.now))
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.HOST_REGISTERED, actor="daemon",
-                       host_id=tx.host_id, name=name)
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.HOST_REGISTERED, actor="daemon",
+                           host_id=tx.host_id, name=name)
     else:
         if host.state == HostState.LOST:  # back after others reclaimed what it held
-            repo.add_event(tx.session, at=tx.now, kind=EventKind.HOST_RECOVERED, actor="daemon",
-                           host_id=tx.host_id,
-                           silent_s=(tx.now - host.last_seen_at).total_seconds())
+            q.events.add_event(tx.session, at=tx.now, kind=EventKind.HOST_RECOVERED, actor="daemon",
+                               host_id=tx.host_id,
+                               silent_s=(tx.now - host.last_seen_at).total_seconds())
         host.name, host.state, host.last_seen_at = name, HostState.UP, tx.now
 
 
 def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
     """Create the pool if new; an existing pool takes the configured policy (config wins)."""
-    pool = repo.get_pool_by_name(tx.session, policy.name)
+    pool = q.pools.get_pool_by_name(tx.session, policy.name)
     fields = {
         "claim_slice": policy.claim_slice, "default_ttl_s": policy.default_ttl_s,
         "max_ttl_s": policy.max_ttl_s, "max_lease_size": policy.max_lease_size,
@@ -58,8 +58,8 @@ def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
         pool = Pool(name=policy.name, created_at=tx.now, **fields)
         tx.session.add(pool)
         tx.session.flush()
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor="daemon",
-                       host_id=tx.host_id, pool=policy.name)
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor="daemon",
+                           host_id=tx.host_id, pool=policy.name)
     else:
         for key, value in fields.items():
             setattr(pool, key, value)
@@ -86,7 +86,7 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
     seen: set[str] = set()
     for spec in specs:
         key = ledger_uid(spec, tx.host_id)
-        device = repo.get_device_by_uid(tx.session, key)
+        device = q.devices.get_device_by_uid(tx.session, key)
         if device is None:
             _add_device(tx, spec, key, place(spec))
         elif _ours(tx, device, spec) or _share_if_idle(tx, device, spec):
@@ -97,12 +97,12 @@ def reconcile_devices(tx: Tx, specs: Iterable[DeviceSpec],
                         "reaches it", key, spec.devname, device.host_id, spec.shared)
             continue
         seen.add(key)
-    for device in repo.list_devices(tx.session):
+    for device in q.devices.list_devices(tx.session):
         gone = device.host_id == tx.host_id and device.uid not in seen
-        if gone and repo.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
-            repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
-                           actor="inventory", host_id=tx.host_id, device_id=device.id,
-                           devname=device.devname)
+        if gone and q.devices.mark_device(tx.session, device.id, DeviceState.MISSING, tx.now):
+            q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_MISSING,
+                               actor="inventory", host_id=tx.host_id, device_id=device.id,
+                               devname=device.devname)
             lose_leases(tx, device, f"device {device.devname} disappeared")
 
 
@@ -117,7 +117,7 @@ def _share_if_idle(tx: Tx, device: Device, spec: DeviceSpec) -> bool:
     nothing holds it, so no claim of this host is left that others cannot see as theirs."""
     if not (spec.shared and device.host_id == tx.host_id):
         return False
-    if repo.live_claims(tx.session, device_id=device.id):
+    if q.claims.live_claims(tx.session, device_id=device.id):
         return False
     device.host_id = None
     return True
@@ -132,9 +132,9 @@ def _add_device(tx: Tx, spec: DeviceSpec, key: str, pool: Pool) -> None:
     )
     tx.session.add(device)
     tx.session.flush()
-    repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_ADDED, actor="inventory",
-                   host_id=tx.host_id, device_id=device.id, devname=spec.devname,
-                   kind_=spec.kind, size=spec.size, chardev=spec.chardev)
+    q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_ADDED, actor="inventory",
+                       host_id=tx.host_id, device_id=device.id, devname=spec.devname,
+                       kind_=spec.kind, size=spec.size, chardev=spec.chardev)
 
 
 def _update_device(tx: Tx, device: Device, spec: DeviceSpec,
@@ -164,9 +164,9 @@ def _update_device(tx: Tx, device: Device, spec: DeviceSpec,
     for key, value in changed.items():
         setattr(device, key, value)
     device.updated_at = tx.now
-    repo.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor="inventory",
-                   host_id=tx.host_id, device_id=device.id,
-                   changed={k: str(v) for k, v in changed.items()})
+    q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor="inventory",
+                       host_id=tx.host_id, device_id=device.id,
+                       changed={k: str(v) for k, v in changed.items()})
     if {"kind", "chardev", "align"} & changed.keys():
         # What clients mapped is no longer what the device is: their leases cannot go on.
         lose_leases(tx, device, f"device {device.devname} changed: {', '.join(sorted(changed))}")
@@ -176,19 +176,19 @@ def lose_leases(tx: Tx, device: Device, reason: str) -> int:
     """End every live lease on a device whose memory went away, with a lease.lost event each;
     holders learn at their next keepalive (LeaseNotActive) and must stop using the memory."""
     lost = 0
-    for lease in repo.live_leases_on_device(tx.session, device.id):
-        if not repo.lose_lease(tx.session, lease.id, tx.now):
+    for lease in q.leases.live_leases_on_device(tx.session, device.id):
+        if not q.leases.lose_lease(tx.session, lease.id, tx.now):
             continue
         if lease.host_id == tx.host_id:
             tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
-        repo.add_event(tx.session, at=tx.now, kind=EventKind.LEASE_LOST, actor="inventory",
-                       host_id=lease.host_id, device_id=device.id, lease_id=lease.id,
-                       offset=lease.offset, length=lease.length, generation=lease.generation,
-                       reason=reason)
+        q.events.add_event(tx.session, at=tx.now, kind=EventKind.LEASE_LOST, actor="inventory",
+                           host_id=lease.host_id, device_id=device.id, lease_id=lease.id,
+                           offset=lease.offset, length=lease.length, generation=lease.generation,
+                           reason=reason)
         lost += 1
     return lost
 
 
 def _claimed_end(tx: Tx, device: Device) -> int:
-    return max((c.offset + c.length for c in repo.live_claims(tx.session, device_id=device.id)),
+    return max((c.offset + c.length for c in q.claims.live_claims(tx.session, device_id=device.id)),
                default=0)

@@ -11,7 +11,7 @@ event and the event of the state it ended in, every live claim. Each call delete
 `batch` rows of each kind, in the writer's transaction, so one pass never holds the ledger for
 long; the daemon calls it until a pass finds less than a batch.
 
-Owns its statements (the per-object direction repository.py is moving in).
+Owns its statements, as each module of poold.ledger.queries owns its object's.
 """
 
 from __future__ import annotations

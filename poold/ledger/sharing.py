@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.space import HostSpace
 from poold.ledger.tx import Tx, scrubs_before_reuse
 from poold.ledger.views import DeviceRecord, LeaseRecord
@@ -40,7 +40,7 @@ def claim_is_mine(tx: Tx, claim_id: int) -> bool:
     """The claim is still live and this host's (checked once per transaction, locked)."""
     if claim_id in tx.checked_claims:
         return True
-    if repo.own_claim_is_live(tx.conn, claim_id, tx.host_id):
+    if q.claims.own_claim_is_live(tx.conn, claim_id, tx.host_id):
         tx.checked_claims.add(claim_id)
         return True
     return False
@@ -49,12 +49,12 @@ def claim_is_mine(tx: Tx, claim_id: int) -> bool:
 def resync_space(tx: Tx) -> bool:
     """Reload this host's space from the ledger when another host changed its claims or leases;
     True if it did."""
-    if repo.own_fingerprint(tx.conn, tx.host_id) == tx.space.fingerprint():
+    if q.hosts.own_fingerprint(tx.conn, tx.host_id) == tx.space.fingerprint():
         return False
     session = tx.session
-    align_of = {d.id: d.align for d in repo.list_devices(session)}
-    tx.space.reload(HostSpace.rebuild(repo.live_claims(session, host_id=tx.host_id),
-                                      repo.live_leases(session, host_id=tx.host_id), align_of))
+    align_of = {d.id: d.align for d in q.devices.list_devices(session)}
+    tx.space.reload(HostSpace.rebuild(q.claims.live_claims(session, host_id=tx.host_id),
+                                      q.leases.live_leases(session, host_id=tx.host_id), align_of))
     tx.checked_claims.clear()
     log.info("space.reloaded host=%s", tx.host_id)
     return True
@@ -64,7 +64,7 @@ def release_idle_claims(tx: Tx, idle_s: float) -> int:
     """Give back this host's claims that held no lease for `idle_s` seconds."""
     released = 0
     for claim in tx.space.idle_claims(tx.now, idle_s):
-        if repo.release_claim_if_idle(tx.conn, claim.claim_id, tx.host_id, tx.now):
+        if q.claims.release_claim_if_idle(tx.conn, claim.claim_id, tx.host_id, tx.now):
             tx.event(EventKind.CLAIM_RELEASED, "allocator", host_id=tx.host_id,
                      device_id=claim.device_id, claim_id=claim.claim_id,
                      offset=claim.extent.offset, length=claim.extent.length, reason="idle")
@@ -78,8 +78,8 @@ def reclaim_lost_hosts(tx: Tx) -> int:
     returns how many hosts."""
     if tx.lost_after_s is None:
         return 0
-    lost = repo.mark_lost_hosts(tx.conn, tx.now - timedelta(seconds=tx.lost_after_s),
-                                tx.host_id)
+    lost = q.hosts.mark_lost_hosts(tx.conn, tx.now - timedelta(seconds=tx.lost_after_s),
+                                   tx.host_id)
     for host_id in lost:
         _adopt(tx, host_id)
     return len(lost)
@@ -88,7 +88,7 @@ def reclaim_lost_hosts(tx: Tx) -> int:
 def _adopt(tx: Tx, lost_host: str) -> None:
     tx.event(EventKind.HOST_LOST, "reaper", host_id=lost_host, adopted_by=tx.host_id,
              after_s=tx.lost_after_s)
-    claims = repo.adopt_claims(tx.conn, lost_host, tx.host_id)
+    claims = q.claims.adopt_claims(tx.conn, lost_host, tx.host_id)
     for claim_id, device_id, extent in claims:
         device = _device(tx, device_id)
         tx.space.add_claim(claim_id, device_id, extent, device.align)
@@ -96,12 +96,13 @@ def _adopt(tx: Tx, lost_host: str) -> None:
         tx.event(EventKind.CLAIM_ADOPTED, "reaper", host_id=tx.host_id, device_id=device_id,
                  claim_id=claim_id, offset=extent.offset, length=extent.length,
                  from_host=lost_host)
-    for lease in repo.adopt_leases(tx.conn, lost_host, tx.host_id):
+    for lease in q.leases.adopt_leases(tx.conn, lost_host, tx.host_id):
         tx.space.reserve(lease.claim_id, Extent(lease.offset, lease.length))
-        if lease.state == LeaseState.ACTIVE and repo.lose_active_lease(tx.conn, lease.id, tx.now):
+        if (lease.state == LeaseState.ACTIVE
+                and q.leases.lose_active_lease(tx.conn, lease.id, tx.now)):
             _lost(tx, lease, f"host {lost_host} lost", lost_host)
     for claim_id, device_id, extent in claims:  # what holds no lease goes back now
-        if repo.release_claim_if_idle(tx.conn, claim_id, tx.host_id, tx.now):
+        if q.claims.release_claim_if_idle(tx.conn, claim_id, tx.host_id, tx.now):
             tx.space.drop_claim(claim_id)
             tx.event(EventKind.CLAIM_RELEASED, "reaper", host_id=tx.host_id, device_id=device_id,
                      claim_id=claim_id, offset=extent.offset, length=extent.length,
@@ -113,10 +114,10 @@ def lose_own_leases(tx: Tx, reason: str, only: set[str] | None = None) -> int:
     """End every active lease of this host (of those in `only`) as lost: it was fenced and its
     clients were told so, or their memory did not survive a restart."""
     lost = 0
-    for lease in repo.own_active_leases(tx.conn, tx.host_id):
+    for lease in q.leases.own_active_leases(tx.conn, tx.host_id):
         if only is not None and lease.id not in only:
             continue
-        if repo.lose_active_lease(tx.conn, lease.id, tx.now):
+        if q.leases.lose_active_lease(tx.conn, lease.id, tx.now):
             _lost(tx, lease, reason, tx.host_id)
             lost += 1
     return lost
@@ -132,7 +133,7 @@ def _lost(tx: Tx, lease: LeaseRecord, reason: str, holder: str) -> None:
     if pool is None:
         tx.refresh_catalog()
         pool = tx.catalog.pool_by_id(lease.pool_id)
-    if pool is not None and scrubs_before_reuse(tx, pool, lease.device_id) and repo.start_scrub(
+    if pool is not None and scrubs_before_reuse(tx, pool, lease.device_id) and q.scrubs.start_scrub(
             tx.conn, lease.id, LeaseState.LOST):
         return
     tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
@@ -140,7 +141,7 @@ def _lost(tx: Tx, lease: LeaseRecord, reason: str, holder: str) -> None:
 
 def make_room(tx: Tx, device: DeviceRecord) -> None:
     """The device has no free extent for a new claim: free what nobody uses (call under
-    repository.lock_device)."""
+    queries.devices.lock_device)."""
     _expire_others(tx, device)
     reclaim_lost_hosts(tx)
     _trim_claims(tx, device)
@@ -149,14 +150,14 @@ def make_room(tx: Tx, device: DeviceRecord) -> None:
 def _expire_others(tx: Tx, device: DeviceRecord) -> None:
     """Expire any host's leases on the device past expires_at (their owner's reaper would, within
     a tick); in a scrubbing pool they keep their bytes until their owner zeroed them."""
-    for lease in repo.expired_on_device(tx.conn, device.id, tx.now, REAP_LIMIT):
-        if not repo.expire_lease(tx.conn, lease.id, tx.now):
+    for lease in q.leases.expired_on_device(tx.conn, device.id, tx.now, REAP_LIMIT):
+        if not q.leases.expire_lease(tx.conn, lease.id, tx.now):
             continue
         tx.event(EventKind.LEASE_EXPIRED, "reaper", host_id=lease.host_id, device_id=device.id,
                  lease_id=lease.id, offset=lease.offset, length=lease.length,
                  generation=lease.generation, expired_by=tx.host_id)
         pool = tx.catalog.pool_by_id(lease.pool_id)
-        if pool is not None and scrubs_before_reuse(tx, pool, device.id) and repo.start_scrub(
+        if pool is not None and scrubs_before_reuse(tx, pool, device.id) and q.scrubs.start_scrub(
                 tx.conn, lease.id, LeaseState.EXPIRED):
             continue
         if lease.host_id == tx.host_id:
@@ -166,8 +167,8 @@ def _expire_others(tx: Tx, device: DeviceRecord) -> None:
 def _trim_claims(tx: Tx, device: DeviceRecord) -> None:
     """Shrink every claim on the device that another transaction does not hold to the runs of
     leases inside it (none: the claim ends), re-pointing those leases to the new claims."""
-    for claim_id, owner, extent in repo.lock_claims_on_device(tx.conn, device.id):
-        found = repo.holding_in_range(tx.conn, device.id, extent)
+    for claim_id, owner, extent in q.claims.lock_claims_on_device(tx.conn, device.id):
+        found = q.leases.holding_in_range(tx.conn, device.id, extent)
         if found is None:
             continue  # its owner is changing a lease in it right now
         if any(not extent.contains(e) for _, _, e in found):
@@ -178,17 +179,17 @@ def _trim_claims(tx: Tx, device: DeviceRecord) -> None:
         if runs == [extent]:
             continue
         held = [(i, e) for i, c, e in found if c == claim_id]  # misfiled ones stay misfiled
-        repo.end_claim(tx.conn, claim_id, tx.now)
+        q.claims.end_claim(tx.conn, claim_id, tx.now)
         tx.event(EventKind.CLAIM_RELEASED, "allocator", host_id=owner, device_id=device.id,
                  claim_id=claim_id, offset=extent.offset, length=extent.length,
                  reason=f"trimmed for {tx.host_id}")
         if owner == tx.host_id:
             tx.space.drop_claim(claim_id)
         for run in runs:
-            new_id = repo.insert_claim(tx.conn, device_id=device.id, host_id=owner, extent=run,
-                                       now=tx.now)
+            new_id = q.claims.insert_claim(tx.conn, device_id=device.id, host_id=owner, extent=run,
+                                           now=tx.now)
             inside = [(i, e) for i, e in held if run.contains(e)]
-            repo.repoint_leases(tx.conn, [i for i, _ in inside], new_id)
+            q.leases.repoint_leases(tx.conn, [i for i, _ in inside], new_id)
             tx.event(EventKind.CLAIM_CREATED, "allocator", host_id=owner, device_id=device.id,
                      claim_id=new_id, offset=run.offset, length=run.length,
                      reason=f"trimmed from claim {claim_id}")

@@ -49,7 +49,7 @@ class HostSpace:
         self._claims = other._claims
 
     def fingerprint(self) -> tuple[frozenset[int], int]:
-        """(claim ids, leased bytes), to compare with repository.own_fingerprint."""
+        """(claim ids, leased bytes), to compare with queries.hosts.own_fingerprint."""
         return (frozenset(self._claims),
                 sum(c.leases.used_bytes for c in self._claims.values()))
 

@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from poold.errors import InvalidRequest, UnknownTenant, UnknownToken
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.tx import Tx
 from poold.models import Tenant, Token
 from poold.security import new_token, secret_digest
@@ -109,7 +109,7 @@ def revoke_token(tx: Tx, token_id: str, actor: str) -> TokenView:
         token.revoked_at = tx.now
         tx.event(EventKind.TOKEN_REVOKED, actor, host_id=tx.host_id, token=token_id,
                  name=token.name)
-        repo.notify(tx.conn, REVOKED_CHANNEL, token_id)
+        q.events.notify(tx.conn, REVOKED_CHANNEL, token_id)
     return TokenView.build(token)
 
 
@@ -157,7 +157,7 @@ def tenant(session: Session, name: str, now: datetime) -> TenantView:
 
 
 def _tenant_view(session: Session, tenant: Tenant, now: datetime) -> TenantView:
-    leased, live = repo.tenant_usage(session.connection(), tenant.name, now)
+    leased, live = q.tenants.tenant_usage(session.connection(), tenant.name, now)
     return TenantView(name=tenant.name, max_bytes=tenant.max_bytes,
                       max_leases=tenant.max_leases, leased_bytes=leased, live_leases=live)
 

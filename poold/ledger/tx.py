@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.space import Catalog, HostSpace
 from poold.ledger.views import PoolRecord
 from poold.types import DeviceKind, EventKind
@@ -65,7 +65,7 @@ class Tx:
         if self.snapshot is None:
             if self.session_used:
                 self.orm.flush()  # what a registry command changed is part of the snapshot
-            self.snapshot = Catalog(*repo.catalog(self.conn))
+            self.snapshot = Catalog(*q.pools.catalog(self.conn))
         return self.snapshot
 
     def refresh_catalog(self) -> None:
@@ -93,7 +93,7 @@ class Tx:
         self._insert_events()
 
     def _insert_events(self) -> None:
-        repo.insert_events(self.conn, self.events)
+        q.events.insert_events(self.conn, self.events)
         self.events.clear()
 
 

@@ -37,7 +37,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from poold.errors import HostFenced, InvalidRequest, LedgerUnavailable, PooldError
-from poold.ledger import repository as repo
+from poold.ledger import queries as q
 from poold.ledger.clock import LedgerClock
 from poold.ledger.liveness import Liveness
 from poold.ledger.space import Catalog, HostSpace
@@ -258,10 +258,10 @@ class LedgerWriter:
                 conn.close()
 
     def _rebuild_space(self, session: Session) -> HostSpace:
-        align_of = {device.id: device.align for device in repo.list_devices(session)}
+        align_of = {device.id: device.align for device in q.devices.list_devices(session)}
         return HostSpace.rebuild(
-            repo.live_claims(session, host_id=self._host_id),
-            repo.live_leases(session, host_id=self._host_id),
+            q.claims.live_claims(session, host_id=self._host_id),
+            q.leases.live_leases(session, host_id=self._host_id),
             align_of,
         )
 

@@ -1,0 +1,27 @@
+"""The tables and the few pieces of statements that several query modules share.
+
+Table handles (`cast(Table, Model.__table__)`) are what the writer's Core statements are built
+from; the ORM reads use the mapped classes themselves. Nothing here runs a query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import cast
+
+from sqlalchemy import Table, select
+
+from poold.ledger.views import DeviceRecord
+from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool
+from poold.types import HOLDING_STATES, LeaseState
+
+POOLS, DEVICES, CLAIMS, LEASES, EVENTS, COUNTERS, HOSTS = (
+    cast(Table, model.__table__) for model in (Pool, Device, Claim, Lease, Event, Counter, Host)
+)
+ACTIVE = LeaseState.ACTIVE.value
+HOLDING = list(HOLDING_STATES)
+
+# A lease in any other state still holds its bytes (active, or being scrubbed after its end).
+ENDED = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED, LeaseState.LOST)
+
+SELECT_DEVICES = select(*(DEVICES.c[f.name] for f in fields(DeviceRecord)))

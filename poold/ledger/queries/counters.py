@@ -1,0 +1,55 @@
+"""Counters, for what belongs to no one object: the fencing-token counter every lease takes its
+generation from, and the usage figures (bytes, count) summed over claims or leases.
+
+Leaves a tenant's usage, which its quota locks, to `tenants`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy.orm import Session
+
+from poold.ledger.queries._tables import COUNTERS
+from poold.models import Claim, Lease
+
+# --- ORM, the session first: off the hot path, building each query per call is affordable ---
+
+
+def live_usage(session: Session, model: type[Claim] | type[Lease], by: str,
+               now: datetime | None, state: str = "active") -> dict[Any, tuple[int, int]]:
+    """{device_id or host_id: (bytes, count)} of claims or leases in `state` (live ones by
+    default); an active lease past expires_at (by `now`) no longer counts."""
+    key = model.device_id if by == "device" else model.host_id
+    query = select(key, func.sum(model.length), func.count()).where(model.state == state)
+    if model is Lease and now is not None:
+        query = query.where(Lease.expires_at > now)
+    rows = session.execute(query.group_by(key))
+    return {group: (int(total or 0), int(count)) for group, total, count in rows}
+
+
+# --- the writer's hot path: Core, built once at import (building costs more than running) ----
+
+_NEXT_GENERATIONS = (
+    update(COUNTERS)
+    .where(COUNTERS.c.name == "generation")
+    .values(value=COUNTERS.c.value + bindparam("count"))
+    .returning(COUNTERS.c.value)
+)
+_NEXTVAL = select(func.nextval("lease_generation"))
+
+
+def next_generations(conn: Connection, count: int) -> int:
+    """Reserve `count` fencing tokens; returns the last one. Tokens only ever grow.
+
+    PostgreSQL: from the `lease_generation` sequence (migration 0004), which takes no row lock,
+    so hosts sharing the ledger neither queue nor deadlock on it; SQLite: the counters row.
+    """
+    if conn.dialect.name == "postgresql":
+        last = 0
+        for _ in range(count):
+            last = int(conn.execute(_NEXTVAL).scalar_one())
+        return last
+    return int(conn.execute(_NEXT_GENERATIONS, {"count": count}).scalar_one())
