@@ -27,6 +27,7 @@ from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.types import LeaseState, MiB
 from tests.conftest import LedgerFactory, emulated_spec
+from tests.timing import patience, until
 
 T = TypeVar("T")
 
@@ -241,20 +242,43 @@ def test_two_hosts_creating_one_row_at_once_both_succeed(make_ledger: LedgerFact
     a, b = make_ledger(host_id="host-a"), make_ledger(host_id="host-b")
     policy = registry.PoolPolicy(name="racing", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
     inside, go = threading.Event(), threading.Event()
+    backends: list[int] = []  # host-b's PostgreSQL backend, each time its command runs
 
     def create_then_wait(tx: Tx) -> int:
         pool = registry.ensure_pool(tx, policy)
         inside.set()
-        assert go.wait(20)  # commit only once the other host is inserting too
+        assert go.wait(patience())  # commit only once the other host is inserting too
         return pool.id
+
+    def create(tx: Tx) -> int:
+        if tx.conn.dialect.name == "postgresql":
+            backends.append(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+        return registry.ensure_pool(tx, policy).id
 
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(a.run, create_then_wait)
-        assert inside.wait(20)
-        second = pool.submit(b.run, lambda tx: registry.ensure_pool(tx, policy).id)
-        time.sleep(0.5)  # host-b read "absent" and is inserting (on PostgreSQL: waits on host-a)
+        assert inside.wait(patience())
+        second = pool.submit(b.run, create)
+        if a.url.startswith("postgresql"):
+            # host-b read "absent" and is inserting: its backend waits on host-a's row lock.
+            until("host-b's insert waits on host-a's", lambda: backends and waits_on_a_lock(
+                a.url, backends[0]), patience())
+        # (On SQLite host-b's transaction cannot begin before host-a's ends: no race to set up.)
         go.set()
-        assert first.result(30) == second.result(30)
+        assert first.result(patience()) == second.result(patience())
+    if a.url.startswith("postgresql"):
+        assert len(backends) == 2  # host-b's insert failed on host-a's row, and ran again
     created = [e for e in a.read(lambda s, _now: reads.events(s, limit=100))
                if e.kind == "pool.created" and e.details.get("pool") == "racing"]
     assert len(created) == 1
+
+
+def waits_on_a_lock(url: str, backend: int) -> bool:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            waiting = conn.execute(text("SELECT wait_event_type FROM pg_stat_activity "
+                                        "WHERE pid = :pid"), {"pid": backend}).scalar()
+    finally:
+        engine.dispose()
+    return waiting == "Lock"
