@@ -19,6 +19,7 @@ import pytest
 
 from poold.types import MiB
 from tests.daemon_fixtures import serving_daemon
+from tests.timing import patience, until
 
 BAD_REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/v1/leases/x%00/keepalive", {}),
@@ -72,12 +73,15 @@ def test_bad_ids_never_disturb_the_writer_or_other_clients(
         for thread in attackers:
             thread.start()
         try:
+            until("the attack is under way", lambda: refused, patience())
+            before = len(refused)
             with httpx.Client(base_url=url) as client:
                 for _ in range(50):  # a well-behaved client's grant+release pairs, all served
                     granted = client.post("/v1/leases", json={"size": 2 * MiB})
                     assert granted.status_code == 201, granted.text
                     released = client.delete(f"/v1/leases/{granted.json()['id']}")
                     assert released.status_code == 200, released.text
+            assert len(refused) > before  # ... while it went on
         finally:
             stop.set()
             for thread in attackers:
