@@ -23,6 +23,9 @@ from tests.kv.conftest import block, make_blocks, make_keys
 BS = 64 * KiB
 LEASE = 2 * MiB
 PER_LEASE = LEASE // BS
+# Short, so a revocation is heard within TTL_S/3; not so short that a renewal a loaded machine
+# holds back lets the store's other lease lapse too.
+TTL_S = 3
 
 
 def read_extent(path: str | None, offset: int, length: int) -> bytes:
@@ -52,7 +55,7 @@ def emptied(client: PooldClient, fd: int, lease_id: str) -> bytes:
 
 def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
         client: PooldClient) -> None:
-    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=1) as store:
+    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=TTL_S) as store:
         keys, data = make_keys(PER_LEASE + 8), make_blocks(PER_LEASE + 8, BS)
         assert all(store.put_many(keys, data))
         doomed = store.locate(keys[0])
@@ -152,7 +155,7 @@ def test_a_lease_lost_during_a_single_put_indexes_nothing(
 
 def test_single_puts_after_a_revocation_never_touch_the_revoked_extent(
         client: PooldClient) -> None:
-    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=1) as store:
+    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=TTL_S) as store:
         keys, data = make_keys(PER_LEASE), make_blocks(PER_LEASE, BS)
         assert all(store.put(k, data[i * BS:(i + 1) * BS]) for i, k in enumerate(keys))
         doomed = store.locate(keys[0])
