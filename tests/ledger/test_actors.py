@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from poold.daemon.devices import DeviceOps
 from poold.types import EventKind, MiB
 from tests.daemon_fixtures import serving_daemon
 from tests.drivers.fake_kernel import REGION, FakeKernel
+from tests.timing import patience, until
 
 ALICE = "tenant:alice"
 ADMIN = "admin"  # stands for the daemon's admin credential, `admin:admin@<host name>`
@@ -65,13 +65,6 @@ class Api:
 
     def close(self) -> None:
         self._http.close()
-
-
-def until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
 
 
 @contextmanager
@@ -139,9 +132,10 @@ def scenario(admin: Api, url: str, daemon: Daemon, kernel: FakeKernel, tmp_path:
             on_b = Api(url_b, made["bearer"])
             held = on_b("POST", "/v1/leases", {"size": 8 * MiB, "ttl_s": 600})["id"]
             on_b.close()
-        until("host b is lost", lambda: bool(admin.events(kind="host.lost")))
+        until("host b is lost", lambda: bool(admin.events(kind="host.lost")),
+              patience(HOST_TTL_S))
         until("b's lease is zeroed by a",
-              lambda: bool(admin.events(kind="lease.scrubbed", lease_id=held)))
+              lambda: bool(admin.events(kind="lease.scrubbed", lease_id=held)), patience())
         with host(tmp_path / "b", ledger_url, "host-b"):
             assert admin.events(kind="host.recovered")
         admin("DELETE", f"/v1/tokens/{made['id']}")
@@ -154,14 +148,16 @@ def leases_of_alice(alice: Api, admin: Api) -> None:
     first = alice("POST", "/v1/leases", {"size": 8 * MiB, "ttl_s": 60})["id"]
     alice("POST", f"/v1/leases/{first}/keepalive", {"ttl_s": 60})
     alice("DELETE", f"/v1/leases/{first}")  # scrubbing, then released
-    until("the release is scrubbed", lambda: bool(admin.events(kind="lease.scrubbed")))
+    until("the release is scrubbed", lambda: bool(admin.events(kind="lease.scrubbed")),
+          patience())
     second = alice("POST", "/v1/leases", {"size": 8 * MiB, "ttl_s": 60})["id"]
     admin("POST", f"/v1/leases/{second}/revoke")
     third = alice("POST", "/v1/leases", {"size": 8 * MiB, "ttl_s": 1})["id"]
     until("the reaper expires a lease",
-          lambda: bool(admin.events(kind="lease.expired", lease_id=third)), timeout=10)
+          lambda: bool(admin.events(kind="lease.expired", lease_id=third)), patience(1))
     until("an idle claim goes back",
-          lambda: any(e["actor"] == "allocator" for e in admin.events(kind="claim.released")))
+          lambda: any(e["actor"] == "allocator" for e in admin.events(kind="claim.released")),
+          patience())
 
 
 def devices_of_admin(admin: Api, alice: Api, daemon: Daemon, kernel: FakeKernel) -> None:
