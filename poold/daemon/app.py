@@ -261,7 +261,7 @@ class Daemon:
             name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
             max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
             trusted=name in s.trusted_pools,
-        )) for name in (s.default_pool, *s.device_pools.values(), *s.trusted_pools)}
+        )) for name in (s.default_pool, *s.device_pools.values())}
 
         def pool_for(spec: DeviceSpec) -> Pool:
             for pattern, name in s.device_pools.items():

@@ -77,10 +77,11 @@ def serve(tmp: pytest.TempPathFactory, tree: str | None = SYSFS_TREE, state: Pat
           **settings: Any) -> Iterator[Served]:
     """A daemon with token auth on a recorded sysfs tree (none: no dax devices), its dax devices
     in pool "cxl", in a new state directory unless given; `settings` override (sysfs_root,
-    port, emulate_uid, ...)."""
+    port, emulate_uid, ...). "cxl" is a trusted pool, so the pages show several tenants' leases
+    on one whole dax device."""
     state = state or tmp.mktemp("ui-daemon")
     defaults: dict[str, Any] = {"watch_udev": False, "auth": "token",
-                                "device_pools": {"dax*": "cxl"}}
+                                "device_pools": {"dax*": "cxl"}, "trusted_pools": ["cxl"]}
     if tree is None:
         defaults["discover_dax"] = False
     elif "sysfs_root" not in settings:
