@@ -21,6 +21,7 @@ import uvicorn
 from poold.config import Settings
 from poold.daemon import Daemon
 from poold.daemon.fdstore import KEEPER_SOCKET
+from tests.timing import PROBE_S, START_S
 
 
 def free_port() -> int:
@@ -50,13 +51,13 @@ def serving_daemon(state_dir: Path, port: int | None = None,
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + START_S
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("daemon did not start")
         time.sleep(0.02)
     try:
-        httpx.get(f"{url}/healthz").raise_for_status()
+        httpx.get(f"{url}/healthz", timeout=PROBE_S).raise_for_status()
         yield daemon, url
     finally:
         server.should_exit = True
@@ -78,7 +79,7 @@ def serve_process(workdir: Path, ready: Callable[[int], bool], **env: str) -> It
          "--emulate", "64MiB", "--listen", f"127.0.0.1:{port}"],
         env=environ, stderr=log.open("w"))
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_S
         while not _probe(ready, port):
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"poold serve did not come up: {log.read_text()}"

@@ -28,6 +28,14 @@ SLACK_S = 15.0
 # ... and how late a task that was due may act (scheduling, a busy ledger writer), judged on
 # the ledger's own timestamps.
 LATE_S = 2.0
+# How long a cold `poold serve` may take to answer: 3-5 s on an idle machine (mostly imports);
+# on a loaded one, several starting at once have taken half a minute.
+START_S = 120.0
+# The timeout of one request a test makes while it waits for something (a daemon coming up):
+# answering may take seconds on a loaded machine; a refused connection fails at once anyway.
+PROBE_S = 10.0
+# The web UI redraws the page on screen every second (api/ui/static/app.js POLL_MS).
+UI_POLL_S = 1.0
 
 
 def patience(*periods_s: float) -> float:
@@ -40,6 +48,12 @@ def tolerance(*periods_s: float) -> float:
     """The most seconds, by the ledger's timestamps, that a task due within the sum of
     `periods_s` (a reaper tick after an expiry...) may take on a loaded machine."""
     return SLACK_FACTOR * sum(periods_s) + LATE_S
+
+
+def ui_wait_ms(*periods_s: float) -> float:
+    """A Playwright timeout, in milliseconds, for the page to show what happened: its next poll
+    (plus `periods_s` for the daemon to act), with a loaded machine's slack."""
+    return 1000 * patience(UI_POLL_S, *periods_s)
 
 
 def until(what: str, check: Callable[[], T], timeout_s: float, interval_s: float = 0.05) -> T:

@@ -18,6 +18,7 @@ import pytest
 
 from poold.types import MiB
 from tests.daemon_fixtures import free_port
+from tests.timing import PROBE_S, START_S
 
 POOLD = [sys.executable, "-m", "poold.cli.main"]
 
@@ -42,10 +43,10 @@ def daemon(tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch
         env=env, stderr=log.open("w"))
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_S
         while True:
             try:
-                httpx.get(f"{url}/healthz").raise_for_status()
+                httpx.get(f"{url}/healthz", timeout=PROBE_S).raise_for_status()
                 break
             except httpx.HTTPError:
                 assert proc.poll() is None, log.read_text()

@@ -36,7 +36,7 @@ from poold import errors
 from poold.client.http import PooldClient
 from poold.types import MiB
 from tests.daemon_fixtures import free_port, stop_keeper
-from tests.timing import SEED_VARIABLE, patience, run_seed, until
+from tests.timing import PROBE_S, SEED_VARIABLE, START_S, patience, run_seed, until
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,6 @@ ROUNDS = 3
 THREADS = 4
 EMULATE = "256MiB"
 HOST_ID = "test-host"
-START_TIMEOUT_S = 20.0
 CHURN_LIMIT_S = 60.0      # a thread stops by then even if the daemon never died
 KILL_WITHIN_S = 1.2       # the kill comes this long at most after the round's first grant
 CHURN_MAX_OPS = 2_000     # ... or after this many operations
@@ -106,19 +105,19 @@ def start_daemon(ledger: LedgerAt, tmp_path: Path, name: str) -> Daemon:
              "--emulate", EMULATE, "--listen", f"127.0.0.1:{port}", "--host-id", HOST_ID],
             stdout=subprocess.DEVNULL, stderr=stderr, env=_env(tmp_path))
     daemon = Daemon(process, f"http://127.0.0.1:{port}", stderr_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"daemon {name} exited with {process.returncode}:\n{daemon.stderr()}")
         try:
-            if httpx.get(f"{daemon.url}/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(f"{daemon.url}/healthz", timeout=PROBE_S).status_code == 200:
                 daemon.token = ledger.admin_token()
                 return daemon
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
     daemon.kill()
-    pytest.fail(f"daemon {name} not healthy after {START_TIMEOUT_S}s:\n{daemon.stderr()}")
+    pytest.fail(f"daemon {name} not healthy after {START_S}s:\n{daemon.stderr()}")
 
 
 def run_fsck(ledger: LedgerAt, tmp_path: Path) -> subprocess.CompletedProcess[str]:

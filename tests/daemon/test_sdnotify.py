@@ -26,7 +26,7 @@ import pytest
 from poold.daemon import app
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from tests.daemon_fixtures import free_port, serving_daemon
-from tests.timing import patience, until
+from tests.timing import START_S, patience, until
 
 WATCHDOG_USEC = 400_000  # pings every 0.2 s: several within a second
 WATCHDOG_S = WATCHDOG_USEC / 2 / 1e6
@@ -213,7 +213,7 @@ def test_serve_notifies_ready_watchdog_and_stopping(tmp_path: Path, systemd: Fak
              "--log-format", "json"],
             stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     try:
-        systemd.wait_for("READY=1", 60)
+        systemd.wait_for("READY=1", START_S)
         # READY=1 means serving: the very first request on each socket is answered (not
         # refused, however long a loaded machine takes to answer it).
         assert httpx.get(f"http://127.0.0.1:{port}/healthz",

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from tests.daemon_fixtures import free_port
+from tests.timing import PROBE_S, START_S
 
 SHARED_UID = "test:shared-emu"
-START_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -60,8 +60,19 @@ class Host:
 def start_hosts(tmp_path: Path, database_urls: list[str], size: str,
                 env: dict[str, str]) -> list[Host]:
     """One `poold serve` per URL (host-0, host-1, ...), all naming one shared emulated device;
-    returned once every one answers /healthz."""
-    hosts = []
+    returned once every one answers /healthz (if one never does, all are stopped)."""
+    hosts: list[Host] = []
+    try:
+        _start_hosts(hosts, tmp_path, database_urls, size, env)
+    except BaseException:
+        for host in hosts:
+            host.stop()
+        raise
+    return hosts
+
+
+def _start_hosts(hosts: list[Host], tmp_path: Path, database_urls: list[str], size: str,
+                 env: dict[str, str]) -> None:
     for i, url in enumerate(database_urls):
         host_id, port = f"host-{i}", free_port()
         state_dir = tmp_path / host_id
@@ -79,23 +90,22 @@ def start_hosts(tmp_path: Path, database_urls: list[str], size: str,
             _wait_healthy(hosts[0])  # the first one migrates the schema alone
     for host in hosts:
         _wait_healthy(host)
-    return hosts
 
 
 def _wait_healthy(host: Host) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if host.process.poll() is not None:
             pytest.fail(f"{host.host_id} exited with {host.process.returncode}:\n{host.stderr()}")
         try:
-            if httpx.get(f"{host.url}/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(f"{host.url}/healthz", timeout=PROBE_S).status_code == 200:
                 host.token = (host.state_dir / "admin.token").read_text().strip()
                 return
         except (httpx.HTTPError, OSError):
             pass
         time.sleep(0.05)
     host.kill()
-    pytest.fail(f"{host.host_id} not healthy after {START_TIMEOUT_S}s:\n{host.stderr()}")
+    pytest.fail(f"{host.host_id} not healthy after {START_S}s:\n{host.stderr()}")
 
 
 def pattern(lease_id: str, length: int) -> bytes:
