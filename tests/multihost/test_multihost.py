@@ -37,16 +37,23 @@ from tests.timing import patience, run_seed, until
 pytestmark = pytest.mark.slow
 
 SIZE = 128 * MiB
-TTL_S, GRACE_S, TICK_S = 5.0, 3.0, 0.2
+# A loaded 2-core machine has held a churning daemon's heartbeat back some 6 s: host_ttl must be
+# well above that, or healthy hosts fence themselves (and are declared lost after the grace).
+TTL_S, GRACE_S, TICK_S = 10.0, 5.0, 0.2
 ENV = {"POOLD_HOST_TTL_S": str(TTL_S), "POOLD_HOST_GRACE_S": str(GRACE_S),
        "POOLD_REAP_INTERVAL_S": str(TICK_S), "POOLD_CLAIM_SLICE": "16MiB",
        "POOLD_CLAIM_IDLE_S": "2"}
+# Where no host may be fenced (churn, a short outage, a database restart): room for that and more.
+STEADY_TTL_S = 30.0
+STEADY_ENV = {**ENV, "POOLD_HOST_TTL_S": str(STEADY_TTL_S)}
 SIZES = [2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB, 16 * MiB]
-# An SDK lease renews every third of its TTL: every host_ttl, so its first renewal after a cut
-# falls by host_ttl and it hears HostFenced within a retry (0.5 s), some 2.5 s before host_ttl
-# + grace; its expiry in the ledger (at least 2 host_ttl after the cut) comes some 2 s after the
-# others reclaim it. Both margins are there for a loaded machine's delays.
-SDK_TTL_S = int(3 * TTL_S)
+# An SDK lease renews every third of its TTL, 9 s. The host is cut off right after a heartbeat,
+# so its fence comes host_ttl later; the SDK has asked again by then (every 9 s, then every
+# 0.5 s while it hears LedgerUnavailable) and hears HostFenced within a retry of the fence,
+# some 4 s before host_ttl + grace. Its expiry in the ledger, at least two renewal periods
+# (18 s) after the cut, comes some 3 s after the others reclaim the host, so the lease is lost
+# with its host rather than expired first. Both margins are there for a loaded machine.
+SDK_TTL_S = 27
 CLOCK_GRAIN_S = 0.05  # two readings of the monotonic clock, in two processes
 
 
@@ -164,7 +171,7 @@ class Churn:
 
 def test_three_hosts_churn_on_one_shared_device_without_overlap(
         tmp_path: Path, pg_url: str, cleanup: list[Host]) -> None:
-    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", ENV)
+    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", STEADY_ENV)
     cleanup.extend(hosts)
     devices = hosts[0].call("GET", "/v1/devices").json()
     assert len(devices) == 1 and devices[0]["host"] is None  # one ledger device, shared
@@ -180,7 +187,8 @@ def test_three_hosts_churn_on_one_shared_device_without_overlap(
     assert report.returncode == 0, report.stdout + report.stderr
     listed = {h["id"]: h for h in hosts[0].call("GET", "/v1/hosts").json()}
     assert set(listed) == {"host-0", "host-1", "host-2"}
-    assert all(h["state"] == "up" and h["heartbeat_age_s"] < TTL_S for h in listed.values())
+    assert all(h["state"] == "up" and h["heartbeat_age_s"] < STEADY_TTL_S
+               for h in listed.values())
     assert granted_by <= set(listed)
 
 
@@ -228,6 +236,8 @@ def test_a_host_cut_off_from_the_ledger_is_fenced_before_others_get_its_bytes(
                for witness in witnesses]
     try:
         sdk = [client.lease(8 * MiB, ttl_s=SDK_TTL_S) for client in clients]
+        until("a fresh heartbeat of the host to cut off", lambda: heartbeat_age_s(
+            hosts[0], cut_off.host_id) < 5 * TICK_S, patience(TTL_S), interval_s=0.01)
         proxy.refuse()
         _fenced_window(cut_off, hosts[0], whole, sdk, witnesses)
         # Healed: the fenced host records its leases lost, rejoins, and grants again; until
@@ -333,6 +343,11 @@ def silence_before(observer: Host, silent: str, grant: dict[str, Any]) -> None:
     assert last_beat + after <= lost_at <= granted_at, (last_beat, lost_at, granted_at)
 
 
+def heartbeat_age_s(observer: Host, host_id: str) -> float:
+    return float(next(h for h in observer.call("GET", "/v1/hosts").json()
+                      if h["id"] == host_id)["heartbeat_age_s"])
+
+
 def parse_at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -340,8 +355,8 @@ def parse_at(text: str) -> datetime:
 def test_the_database_dropping_every_connection_during_churn_loses_nothing(
         tmp_path: Path, pg_url: str, proxy: TcpProxy,
         cleanup: list[Host]) -> None:
-    env = {**ENV, "POOLD_HOST_TTL_S": "8"}  # the outage is shorter: nobody is fenced
-    hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, "128MiB", env)
+    # The outage is far shorter than host_ttl: nobody is fenced.
+    hosts = start_hosts(tmp_path, [proxy.url_for(pg_url)] * 3, "128MiB", STEADY_ENV)
     cleanup.extend(hosts)
     churn = Churn(run_seed())
     at_heal: list[int] = []  # grants acknowledged when the outage ended
@@ -349,7 +364,7 @@ def test_the_database_dropping_every_connection_during_churn_loses_nothing(
     def outage() -> None:
         churn.wait_for_grants(20)  # during the churn, not before it
         proxy.refuse()
-        time.sleep(2.0)  # the outage itself: well under host_ttl (8 s), nobody is fenced
+        time.sleep(2.0)  # the outage itself
         proxy.heal()
         at_heal.append(churn.grants)
         # The churn goes on until it has granted again after the outage.
