@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from poold import db
 from poold.inventory import DeviceSpec
@@ -24,11 +24,13 @@ from poold.ledger.clock import ManualClock
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 from poold.types import DeviceKind, MiB
+from tests.postgres_lock import ServerLock
 from tests.preconditions import need_root, unmet
 
 POSTGRES_URL = os.environ.get(
     "POOLD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+POSTGRES_LOCK = ServerLock(make_url(POSTGRES_URL).port or 5432)
 HOST = "host-a"
 # Every daemon the tests start, in this process or as `poold serve`, keeps its leases' memory in
 # no fd store, unless the test says otherwise (the restart tests name the keeper): a keeper per
@@ -66,18 +68,20 @@ def as_root() -> None:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A PostgreSQL URL whose search_path is a fresh schema of its own."""
-    problem = postgres_problem()
-    if problem is not None:
-        unmet("postgres", f"PostgreSQL unreachable: {problem}")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL, pool_pre_ping=True)  # a test may restart the server
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema},public"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+    """A PostgreSQL URL whose search_path is a fresh schema of its own. No other test run on
+    this machine restarts the server meanwhile (POSTGRES_LOCK; test_pg_restart.py does)."""
+    with POSTGRES_LOCK.shared():
+        problem = postgres_problem()
+        if problem is not None:
+            unmet("postgres", f"PostgreSQL unreachable: {problem}")
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        admin = create_engine(POSTGRES_URL, pool_pre_ping=True)  # a test may restart the server
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema},public"
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

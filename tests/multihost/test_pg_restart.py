@@ -3,7 +3,8 @@ meanwhile, every host granting again after, nothing acknowledged lost, fsck clea
 
 Runs where the test may restart the server (root, Debian's pg_ctlcluster, a local cluster);
 CI requires it (POOLD_TEST_REQUIRE_POSTGRES=1). The restart takes the server away from every
-connection for a second or two; the other tests run before or after, never during.
+connection for a second or two; the other tests run before or after, never during: in this
+run, and in any other run on this machine (tests/postgres_lock.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import pytest
 from sqlalchemy import make_url
 
 from poold.types import MiB
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_LOCK, POSTGRES_URL
 from tests.multihost.hosts import Host, run_fsck, start_hosts
-from tests.multihost.test_multihost import ENV, Churn
+from tests.multihost.test_multihost import STEADY_ENV, Churn
 from tests.preconditions import unmet
 from tests.timing import patience, run_seed, until
 
@@ -51,9 +52,14 @@ def test_a_real_postgresql_restart_during_churn_loses_nothing(
         message = ("cannot restart PostgreSQL here (needs root, pg_ctlcluster and a local "
                    "cluster on the test URL's port)")
         unmet("postgres", message)
-    cluster = found
-    env = {**ENV, "POOLD_HOST_TTL_S": "15"}  # a restart is seconds: nobody should be fenced
-    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", env)
+    with POSTGRES_LOCK.exclusive():  # no other test run on this machine uses the server now
+        _restart_during_churn(tmp_path, pg_url, cleanup, found)
+
+
+def _restart_during_churn(tmp_path: Path, pg_url: str, cleanup: list[Host],
+                          cluster: tuple[str, str]) -> None:
+    # A restart is seconds, far shorter than host_ttl: nobody should be fenced.
+    hosts = start_hosts(tmp_path, [pg_url] * 3, "128MiB", STEADY_ENV)
     cleanup.extend(hosts)
     churn = Churn(run_seed())
     at_restart: list[int] = []  # grants acknowledged when the restart began and ended
