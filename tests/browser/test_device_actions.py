@@ -16,6 +16,7 @@ from poold.types import MiB
 from tests.browser.conftest import LAPTOPS, Served, human, logged_in, overflow, serve
 from tests.daemon.test_device_ops import NO_SCRUB
 from tests.drivers.fake_kernel import FakeKernel
+from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page, ViewportSize
@@ -74,7 +75,8 @@ def confirm(page: Page, button: str, title: str, size: str | None = None, ok: bo
     page.click("#confirm-ok" if ok else "#confirm-cancel")
     page.wait_for_selector("#confirm", state="hidden")
     if then:
-        page.wait_for_function(f"(text) => ({TOASTS})(text) > {before}", arg=then, timeout=5000)
+        page.wait_for_function(f"(text) => ({TOASTS})(text) > {before}", arg=then,
+                               timeout=ui_wait_ms())
     return body
 
 

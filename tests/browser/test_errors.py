@@ -13,6 +13,7 @@ import pytest
 from poold.types import MiB
 from tests.browser.conftest import Served, log_in, logged_in, screenshot, serve
 from tests.daemon_fixtures import free_port, stop_keeper
+from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -23,7 +24,7 @@ DOWN = "the daemon did not answer"
 
 
 def offline(page: Page) -> None:
-    page.wait_for_selector("#live.error", timeout=5000)
+    page.wait_for_selector("#live.error", timeout=ui_wait_ms())
     assert page.inner_text("#live") == "offline"
 
 
@@ -47,7 +48,7 @@ def _stop_and_come_back(page: Page, tmp_path_factory: pytest.TempPathFactory, st
         page.evaluate("window.sameDocument = true")  # gone if anything reloads the page
     # The daemon has stopped: what was loaded stays, under a banner that says why.
     offline(page)
-    banner = page.wait_for_selector("#banner:not([hidden])", timeout=3000)
+    banner = page.wait_for_selector("#banner:not([hidden])", timeout=ui_wait_ms())
     assert banner is not None
     text = banner.inner_text()
     assert "Live update failed" in text and DOWN in text, text
@@ -57,8 +58,8 @@ def _stop_and_come_back(page: Page, tmp_path_factory: pytest.TempPathFactory, st
 
     with serve(tmp_path_factory, state=state, port=port, fd_store="keeper") as again:
         # Back on the same port, same ledger and credential: the same page catches up.
-        page.wait_for_selector("#live.ok", timeout=5000)
-        page.wait_for_selector("#banner", state="hidden", timeout=3000)
+        page.wait_for_selector("#live.ok", timeout=ui_wait_ms())
+        page.wait_for_selector("#banner", state="hidden", timeout=ui_wait_ms())
         assert page.is_visible(f'tr[data-lease="{lease["id"]}"][data-state="active"]')
         revoked = again.api("POST", f"/v1/leases/{lease['id']}/revoke")
         assert revoked.status_code == 200, revoked.text
@@ -67,13 +68,13 @@ def _stop_and_come_back(page: Page, tmp_path_factory: pytest.TempPathFactory, st
     # A page opened while it is down cannot show anything, and says so in its place...
     offline(page)
     page.click('#nav a[data-page="overview"]')
-    error = page.wait_for_selector("#page-overview .error-state", timeout=3000)
+    error = page.wait_for_selector("#page-overview .error-state", timeout=ui_wait_ms())
     assert error is not None
     assert "Could not load this page" in error.inner_text() and DOWN in error.inner_text()
     assert "It loads by itself once the daemon answers" in error.inner_text()
     # ...and loads by itself when the daemon is back.
     with serve(tmp_path_factory, state=state, port=port, fd_store="keeper") as again:
-        page.wait_for_selector("#page-overview .card.pool", timeout=5000)
+        page.wait_for_selector("#page-overview .card.pool", timeout=ui_wait_ms())
         assert not page.is_visible("#page-overview .error-state")
         assert not page.is_visible("#banner")
         pools = {p["name"]: p for p in again.api("GET", "/v1/capacity").json()["pools"]}
@@ -100,8 +101,11 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def test_empty_pages_say_so(page: Page, bare: Served, route: str, where: str, says: str) -> None:
     log_in_anywhere(page, bare)
     page.goto(f"{bare.url}/ui/#/{route}")
-    empty = page.wait_for_selector(f"{where} .empty >> text={says}", timeout=3000)
-    assert empty is not None and empty.is_visible()
+    # Visible when found (the page redraws every second, so ask by selector, not by a handle
+    # to what the next redraw replaces).
+    shown = f"{where} .empty >> text={says}"
+    assert page.wait_for_selector(shown, timeout=ui_wait_ms()) is not None
+    assert page.is_visible(shown)
     assert not page.is_visible(".error-state") and not page.is_visible("#banner")
 
 
@@ -118,7 +122,8 @@ def test_an_empty_device_map_and_an_unmatched_event_filter_say_so(page: Page,
                    if d["live_leases"] == 0 and d["claimed_bytes"] == 0)
     page.goto(f"{served.url}/ui/#/map/{nothing['id']}")
     says = f"Nothing is claimed or leased on {nothing['devname']}"
-    assert page.wait_for_selector(f"#page-map .empty >> text={says}", timeout=3000) is not None
+    assert page.wait_for_selector(f"#page-map .empty >> text={says}",
+                                  timeout=ui_wait_ms()) is not None
     page.goto(f"{served.url}/ui/#/events")
     page.wait_for_selector("#events tbody tr")
     page.fill("#filter-kind", "no.such.kind")

@@ -12,6 +12,7 @@ import pytest
 
 from poold.types import MiB
 from tests.browser.conftest import Cluster, logged_in
+from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -41,8 +42,9 @@ def leases_page(page: Page, cluster: Cluster, leases: list[str]) -> Page:
     logged_in(page, cluster.served)
     page.goto(f"{cluster.served.url}/ui/#/leases")
     for lease_id in leases:  # every one has arrived, the revoked one as revoked
-        page.wait_for_selector(f'tr[data-lease="{lease_id}"]', timeout=3000)
-    page.wait_for_selector(f'tr[data-lease="{leases[-1]}"][data-state="revoked"]', timeout=3000)
+        page.wait_for_selector(f'tr[data-lease="{lease_id}"]', timeout=ui_wait_ms())
+    page.wait_for_selector(f'tr[data-lease="{leases[-1]}"][data-state="revoked"]',
+                           timeout=ui_wait_ms())
     return page
 
 

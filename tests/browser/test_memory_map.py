@@ -6,13 +6,14 @@ them."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from poold.types import MiB
 from tests.browser.conftest import Cluster, human, logged_in
+from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -44,6 +45,12 @@ def seconds(text: str) -> int:
     return sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (d|h|min|s)\b", text))
 
 
+def within(shown_s: int, low: timedelta, high: timedelta) -> bool:
+    """A duration the page drew, between `low` and `high`, give or take the page's rounding to
+    whole seconds and its estimate of the daemon's clock (from the 1 s Date header)."""
+    return low.total_seconds() - 2 <= shown_s <= high.total_seconds() + 2
+
+
 def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
     served = cluster.served
     a_here = served.grant(8 * MiB, tenant="team-a")["id"]
@@ -53,7 +60,7 @@ def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
     logged_in(page, served)
     page.goto(f"{served.url}/ui/#/map/{device}")
     for lease_id in (a_here, b_here, a_there):
-        page.wait_for_selector(f'.extent.lease[data-lease="{lease_id}"]', timeout=3000)
+        page.wait_for_selector(f'.extent.lease[data-lease="{lease_id}"]', timeout=ui_wait_ms())
 
     by_tenant = colours(page)
     assert by_tenant[a_here] == by_tenant[a_there]  # one tenant, one colour, on either host
@@ -63,7 +70,7 @@ def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
     assert "tenant team-a" in legend and "tenant team-b" in legend
 
     page.select_option("#map-colour", "host")
-    page.wait_for_selector("#memory-map >> text=Leases, by host", timeout=3000)
+    page.wait_for_selector("#memory-map >> text=Leases, by host", timeout=ui_wait_ms())
     by_host = colours(page)
     assert by_host[a_here] == by_host[b_here]  # one host, one colour, whatever the tenant
     assert by_host[a_here] != by_host[a_there]
@@ -76,7 +83,7 @@ def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
     assert claimed["test-host"] == {by_host[a_here]} and claimed["host-b"] == {by_host[a_there]}
 
     page.select_option("#map-colour", "tenant")  # and back
-    page.wait_for_selector("#memory-map >> text=Leases, by tenant", timeout=3000)
+    page.wait_for_selector("#memory-map >> text=Leases, by tenant", timeout=ui_wait_ms())
     assert colours(page) == by_tenant
 
 
@@ -92,21 +99,22 @@ def test_a_clicked_lease_shows_holder_size_age_expiry_and_generation(
     served = cluster.served
     lease = served.grant(10 * MiB, tenant="team-details", ttl_s=900, labels={"job": "map"})
     logged_in(page, served)
+    before = datetime.now(UTC)  # the page drew the details between these two readings
     page.goto(f"{served.url}/ui/#/map/{lease['device_id']}")
-    page.click(f'.extent.lease[data-lease="{lease["id"]}"]', timeout=3000)
+    page.click(f'.extent.lease[data-lease="{lease["id"]}"]', timeout=ui_wait_ms())
     page.wait_for_selector(f'.extent.lease.selected[data-lease="{lease["id"]}"]')
     shown = details(page)
-    now = datetime.now(UTC)
+    after = datetime.now(UTC)
     assert shown["id"] == lease["id"]
     assert (shown["tenant"], shown["host"]) == ("team-details", "test-host")  # the holder
     assert shown["size"] == human(10 * MiB)
     assert shown["generation"] == str(lease["generation"])
     assert shown["state"] == "active" and shown["labels"] == "job=map"
-    age = (now - datetime.fromisoformat(lease["granted_at"])).total_seconds()
-    assert abs(seconds(shown["age"]) - age) <= 3, shown["age"]
+    granted, expires = (datetime.fromisoformat(lease[k]) for k in ("granted_at", "expires_at"))
+    assert within(seconds(shown["age"]), before - granted, after - granted), shown["age"]
     assert shown["expires"].startswith("in ")
-    left = (datetime.fromisoformat(lease["expires_at"]) - now).total_seconds()
-    assert abs(seconds(shown["expires"]) - left) <= 3, shown["expires"]
+    assert within(seconds(shown["expires"]), expires - after, expires - before), shown["expires"]
     # The details follow the lease: revoked elsewhere, the page says it has ended.
     served.api("POST", f"/v1/leases/{lease['id']}/revoke")
-    page.wait_for_selector("#map-details >> text=The selected lease has ended.", timeout=3000)
+    page.wait_for_selector("#map-details >> text=The selected lease has ended.",
+                           timeout=ui_wait_ms())

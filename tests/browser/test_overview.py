@@ -15,6 +15,7 @@ from poold.daemon import scrub
 from poold.ledger.views import ScrubJob
 from poold.types import MiB
 from tests.browser.conftest import Served, human, log_in, screenshot, serve
+from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -89,7 +90,7 @@ def wait_until_shown(page: Page, served: Served) -> tuple[dict[str, Any], dict[s
     page.wait_for_function("""(want) => JSON.stringify([...document.querySelectorAll(
         '#page-overview [data-bytes]')].map((e) => +e.dataset.bytes)) === want""",
                            arg=expected_bytes(served.api("GET", "/v1/capacity").json()),
-                           timeout=5000)
+                           timeout=ui_wait_ms())
     return served.api("GET", "/v1/capacity").json(), shown(page)
 
 
@@ -155,7 +156,7 @@ def test_every_part_of_the_split_is_shown_as_the_api_counts_it(
     # The scrub ends: its bytes go back to the claim (idle), and the page follows unreloaded.
     finish_scrubs.set()
     page.wait_for_selector('.card.pool .figure[data-kind="scrubbing"][data-bytes="0"]',
-                           timeout=5000)
+                           timeout=ui_wait_ms())
     capacity, on_page = wait_until_shown(page, served)
     assert {d["devname"]: d["bytes"] for d in capacity["devices"]}["emu0"]["idle"] == 12 * MiB
     assert_matches(capacity, on_page)

@@ -3,18 +3,22 @@ one, refuse wrong and non-admin credentials, and screenshot the overview and a m
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from poold.types import MiB
 from tests.browser.conftest import Served, human, log_in, screenshot
+from tests.timing import patience, ui_wait_ms, until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 pytestmark = pytest.mark.slow
+
+
+def state_of(served: Served, lease: dict[str, Any]) -> str:
+    return str(served.api("GET", f"/v1/leases/{lease['id']}").json()["state"])
 
 
 def leases_page(page: Page, served: Served) -> None:
@@ -52,7 +56,7 @@ def test_non_admin_credential_is_refused(page: Page, served: Served) -> None:
 
 def test_a_refused_token_returns_to_the_login_page(admin_page: Page, served: Served) -> None:
     admin_page.evaluate("sessionStorage.setItem('poold.token', 'pd_revoked_0000')")
-    message = admin_page.wait_for_selector("#login-message:not([hidden])", timeout=5000)
+    message = admin_page.wait_for_selector("#login-message:not([hidden])", timeout=ui_wait_ms())
     assert message is not None
     assert "Log in again" in message.inner_text()
     assert admin_page.url.endswith("#/login")
@@ -62,7 +66,7 @@ def test_a_lease_granted_through_the_api_appears_within_two_seconds(
         admin_page: Page, served: Served) -> None:
     leases_page(admin_page, served)
     lease = served.grant(4 * MiB, labels={"test": "appears"})
-    row = admin_page.wait_for_selector(f'tr[data-lease="{lease["id"]}"]', timeout=2000)
+    row = admin_page.wait_for_selector(f'tr[data-lease="{lease["id"]}"]', timeout=ui_wait_ms())
     assert row is not None
     assert "active" in row.inner_text()
     assert "test=appears" in row.inner_text()
@@ -75,25 +79,21 @@ def test_revoking_in_the_ui_revokes_in_the_api(admin_page: Page, served: Served)
     assert admin_page.is_visible("#confirm")
     assert lease["id"] in admin_page.inner_text("#confirm-body")
     admin_page.click("#confirm-ok")
-    deadline = time.monotonic() + 5
-    state = None
-    while time.monotonic() < deadline:
-        state = served.api("GET", f"/v1/leases/{lease['id']}").json()["state"]
-        if state == "revoked":
-            break
-        time.sleep(0.1)
-    assert state == "revoked"
+    until("the lease is revoked", lambda: state_of(served, lease) == "revoked", patience())
     admin_page.wait_for_selector(f'tr[data-lease="{lease["id"]}"][data-state="revoked"]',
-                                 timeout=3000)
+                                 timeout=ui_wait_ms())
 
 
 def test_cancelling_the_confirmation_keeps_the_lease(admin_page: Page, served: Served) -> None:
-    lease = served.grant(2 * MiB, labels={"test": "cancel"})
+    lease, later = (served.grant(2 * MiB, labels={"test": "cancel"}) for _ in range(2))
     leases_page(admin_page, served)
     admin_page.click(f'button.revoke[data-lease="{lease["id"]}"]')
     admin_page.click("#confirm-cancel")
-    time.sleep(0.5)
-    assert served.api("GET", f"/v1/leases/{lease['id']}").json()["state"] == "active"
+    # A revoke confirmed after the cancel lands; one the cancel had sent would have gone first.
+    admin_page.click(f'button.revoke[data-lease="{later["id"]}"]', timeout=ui_wait_ms())
+    admin_page.click("#confirm-ok")
+    until("the later revoke lands", lambda: state_of(served, later) == "revoked", patience())
+    assert state_of(served, lease) == "active"
 
 
 def test_leases_filter_and_sort(admin_page: Page, served: Served) -> None:
@@ -124,7 +124,7 @@ def test_overview_shows_capacity_and_is_screenshotted(admin_page: Page, served: 
         # Live: the cards catch up with the grants above without a reload.
         admin_page.wait_for_function(
             "([sel, n]) => document.querySelector(sel)?.innerText.includes(n)",
-            arg=[card, f"{pool['live_leases']} live lease"], timeout=3000)
+            arg=[card, f"{pool['live_leases']} live lease"], timeout=ui_wait_ms())
         figure = f'{card} .figure[data-kind="leased"]'
         assert admin_page.inner_text(f"{figure} b") == human(pool["bytes"]["leased"])
         # Every part of the split is checked in tests/browser/test_overview.py.
@@ -172,13 +172,13 @@ def test_drain_and_undrain_from_the_devices_page(admin_page: Page, served: Serve
     admin_page.click(f'tr[data-device="{dax}"] button.drain')
     assert "Drain dax0.0" in admin_page.inner_text("#confirm-title")
     admin_page.click("#confirm-ok")
-    admin_page.wait_for_selector(f'tr[data-device="{dax}"] button.undrain', timeout=3000)
+    admin_page.wait_for_selector(f'tr[data-device="{dax}"] button.undrain', timeout=ui_wait_ms())
     device = next(d for d in served.api("GET", "/v1/capacity").json()["devices"] if d["id"] == dax)
     assert device["state"] == "draining"
     assert device["bytes"]["draining"] == device["bytes"]["size"] - device["bytes"]["leased"]
     admin_page.click(f'tr[data-device="{dax}"] button.undrain')
     admin_page.click("#confirm-ok")
-    admin_page.wait_for_selector(f'tr[data-device="{dax}"] button.drain', timeout=3000)
+    admin_page.wait_for_selector(f'tr[data-device="{dax}"] button.drain', timeout=ui_wait_ms())
     assert "undrain done" in admin_page.inner_text("#toasts")
 
 
@@ -195,7 +195,7 @@ def test_events_are_newest_first_and_live(admin_page: Page, served: Served) -> N
     admin_page.wait_for_selector("#events tbody tr")
     lease = served.grant(2 * MiB)
     admin_page.wait_for_selector(f'#events tbody tr:first-child >> text="{lease["id"][:8]}…"',
-                                 timeout=2000)
+                                 timeout=ui_wait_ms())
     ids = admin_page.eval_on_selector_all("#events tbody tr",
                                           "rows => rows.map(r => +r.dataset.event)")
     assert ids == sorted(ids, reverse=True)
