@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTMUT = Path(sys.executable).parent / "mutmut"
 EQUIVALENT = ROOT / "scripts" / "mutation-equivalent.toml"
 REPORT = ROOT / "docs" / "mutation.md"
-LOG = ROOT / "mutants" / "run.log"
+LOG = ROOT / "mutation-run.log"  # beside mutants/, which mutmut may empty and rebuild
 
 # mutmut's exit codes (mutmut/stats.py): the mutant's tests failed (1), pytest broke (3), the
 # type check caught it (37); they ran out of time (15x their clean run) or the process died
@@ -71,8 +71,7 @@ class Mutant:
 
 
 def run_mutmut(max_children: int) -> float:
-    """mutmut run, its progress spinner to mutants/run.log; seconds it took."""
-    LOG.parent.mkdir(exist_ok=True)
+    """mutmut run, its progress spinner to mutation-run.log; seconds it took."""
     started = time.monotonic()
     with LOG.open("w") as log:
         result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
@@ -199,7 +198,7 @@ def main() -> int:
     took = None if args.report_only else run_mutmut(args.max_children)
     found = mutants()
     if not found:
-        sys.exit("no mutants: did mutmut run? (see mutants/run.log)")
+        sys.exit(f"no mutants: did mutmut run? (see {LOG})")
     overall = write_report(found, took, args.min_score)
     print(f"mutation score {overall:.1f}% (goal {args.min_score:.0f}%): {REPORT}")
     return 0 if overall >= args.min_score else 1
