@@ -84,16 +84,24 @@ class Keeper:
         self.clients.add(conn)
         self.selector.register(conn, selectors.EVENT_READ)
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def _serve_one(self, conn: socket.socket, flags: int = 0) -> bool:
+        """Take one message from `conn` and act on it; False when there was none waiting
+        (only with MSG_DONTWAIT) or the connection ended."""
         try:
-            message, fds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 1)
+            message, fds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 1, flags)
+        except BlockingIOError:
+            return False
         except OSError:
             message, fds = b"", []
         if not message:
             self._drop_client(conn)
             for fd in fds:
                 os.close(fd)
-            return
+            return False
+        self._act(conn, message, fds)
+        return True
+
+    def _act(self, conn: socket.socket, message: bytes, fds: list[int]) -> None:
         verb, _, name = message.decode(errors="replace").partition(" ")
         if verb == "PUT" and name and len(fds) == 1:
             old = self.fds.pop(name, None)
@@ -108,6 +116,11 @@ class Keeper:
             if old is not None:
                 os.close(old)
         elif verb == "GET":
+            # What other daemons sent before this GET is applied first: a daemon that removed
+            # a lease's memory and stopped may have left its DEL unread when its successor asks.
+            for other in list(self.clients - {conn}):
+                while self._serve_one(other, socket.MSG_DONTWAIT):
+                    pass
             self._send_all(conn)
 
     def _send_all(self, conn: socket.socket) -> None:
