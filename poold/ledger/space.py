@@ -135,9 +135,6 @@ class HostSpace:
         """A claim released in the ledger (it held no lease) leaves this host's space."""
         self._claims.pop(claim_id, None)
 
-    def claims_on(self, device_id: int) -> list[ClaimSpace]:
-        return [c for c in self._claims.values() if c.device_id == device_id]
-
 
 class Catalog:
     """Pools and devices as the ledger had them when read; immutable, replaced whole."""

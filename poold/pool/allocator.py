@@ -42,9 +42,6 @@ class ExtentAllocator:
     def free_extents(self) -> list[Extent]:
         return [Extent(o, n) for o, n in zip(self._free_offsets, self._free_lengths, strict=True)]
 
-    def used_extents(self) -> list[Extent]:
-        return [Extent(o, n) for o, n in sorted(self._used.items())]
-
     def best_fit(self, length: int) -> int | None:
         """Size of the smallest hole that can take `length` (None: none can), to compare spaces."""
         fits = [n for n in self._free_lengths if n >= length]
