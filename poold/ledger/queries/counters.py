@@ -7,7 +7,7 @@ Leaves a tenant's usage, which its quota locks, to `tenants`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.orm import Session
@@ -18,11 +18,11 @@ from poold.models import Claim, Lease
 # --- ORM, the session first: off the hot path, building each query per call is affordable ---
 
 
-def live_usage(session: Session, model: type[Claim] | type[Lease], by: str,
+def live_usage(session: Session, model: type[Claim] | type[Lease], by: Literal["device", "host"],
                now: datetime | None, state: str = "active") -> dict[Any, tuple[int, int]]:
     """{device_id or host_id: (bytes, count)} of claims or leases in `state` (live ones by
     default); an active lease past expires_at (by `now`) no longer counts."""
-    key = model.device_id if by == "device" else model.host_id
+    key = {"device": model.device_id, "host": model.host_id}[by]
     query = select(key, func.sum(model.length), func.count()).where(model.state == state)
     if model is Lease and now is not None:
         query = query.where(Lease.expires_at > now)
