@@ -12,7 +12,7 @@ import pytest
 from poold import errors
 from poold.daemon import reaper
 from poold.inventory import DeviceSpec
-from poold.ledger import leases, reads
+from poold.ledger import leases, reads, sharing
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
@@ -245,3 +245,27 @@ def test_another_hosts_expired_leases_keep_their_bytes_until_scrubbed(
     b.run(partial(leases.finish_scrub, lease_id=held[0].id))
     assert grant(a, 32 * MiB).length == 32 * MiB
     clean(a)
+
+
+def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFactory) -> None:
+    """What a fence or a restart that lost some memory does: each named active lease of this
+    host ends as lost (its event says why and who holds its bytes now), the others live on,
+    ended ones stay as they ended, and the count is of leases lost this time."""
+    ledger = make_ledger()
+    kept, lost, released = (grant(ledger, 2 * MiB) for _ in range(3))
+    ledger.run(partial(leases.release, lease_id=released.id, actor="t"))
+    assert ledger.run(partial(sharing.lose_own_leases, reason="memory gone",
+                              only={lost.id, released.id})) == 1
+    assert ledger.run(partial(sharing.lose_own_leases, reason="again",
+                              only={lost.id, released.id})) == 0
+    states = {x.id: ledger.read(lambda s, now, i=x.id: reads.lease(s, i, now)).state
+              for x in (kept, lost, released)}
+    assert states == {kept.id: LeaseState.ACTIVE, lost.id: LeaseState.LOST,
+                      released.id: LeaseState.RELEASED}
+    (event,) = ledger.read(lambda s, _: reads.events(s, lease_id=lost.id, kind="lease.lost"))
+    assert (event.actor, event.host) == ("reaper", ledger.host_id)
+    assert event.details["reason"] == "memory gone" and event.details["by"] == ledger.host_id
+    (pool,) = ledger.read(reads.pools)
+    assert pool.leased_bytes == 2 * MiB  # the lost lease's bytes are free again
+    assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 1  # all the rest
+    assert ledger.read(fsck).clean
