@@ -31,11 +31,11 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from drivers.memfd import emulated_memfd, huge_page_room, punch
+from drivers.memfd import HugePageRoom, emulated_memfd, punch
 from poold import errors
 from poold.daemon.fdstore import FdStore
 from poold.daemon.nodemem import NodeAllocator
@@ -57,11 +57,11 @@ class LeaseMemory:
     """The memfds of this host's leases on emulated and system-ram devices, by lease id."""
 
     def __init__(self, store: FdStore, nodes: NodeAllocator, *, huge_pages: bool = True,
-                 room: Callable[[int], bool] = huge_page_room) -> None:
+                 room: Callable[[int], bool] | None = None) -> None:
         self.store = store
         self._nodes = nodes
         self._huge_pages = huge_pages
-        self._room = room
+        self._room = room or HugePageRoom()
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
         self._making = threading.Lock()
@@ -156,11 +156,16 @@ class LeaseMemory:
                  held.length)
         return True
 
-    def sweep(self, holds: Callable[[str], bool]) -> int:
-        """Drop the memfd of every lease that no longer holds its extent; returns how many."""
+    def sweep(self, holding: Callable[[Collection[str]], set[str]]) -> int:
+        """Drop the memfd of every lease that no longer holds its extent (`holding` answers,
+        of lease ids, those that still do); returns how many. The ids are taken before the
+        ledger is asked: a lease granted meanwhile is not judged on an older reading."""
         with self._lock:
             ids = list(self._held)
-        return sum(self.drop(i) for i in ids if not holds(i))
+        if not ids:
+            return 0
+        kept = holding(ids)
+        return sum(self.drop(i) for i in ids if i not in kept)
 
     def leases(self, kind: DeviceKind | None = None) -> dict[str, int]:
         """Lease id -> bytes, of the memfds held now (of one kind)."""

@@ -5,7 +5,7 @@ Reads run on their own connections (WAL readers on SQLite) and never wait for th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -110,6 +110,11 @@ def memory_leases(session: Session, now: datetime, *, host_id: str
              if d.kind in (DeviceKind.EMULATED, DeviceKind.SYSTEM_RAM)}
     return {x.id: (kinds[x.device_id], LeaseState(x.state))
             for x in q.leases.live_leases(session, host_id=host_id) if x.device_id in kinds}
+
+
+def still_holding(session: Session, now: datetime, *, lease_ids: Collection[str]) -> set[str]:
+    """Of these leases, those that still hold their extent (active, or scrubbing)."""
+    return q.leases.holding_among(session, lease_ids, now)
 
 
 def region_leases(session: Session, now: datetime, *, host_id: str) -> list[LeaseView]:

@@ -97,3 +97,21 @@ def test_the_database_refuses_a_lease_over_a_scrubbing_one(scrubbing: Ledger) ->
 
     with pytest.raises(errors.LedgerUnavailable, match="IntegrityError"):
         scrubbing.run(intrude)  # the writer reports the database's refusal
+
+
+def test_still_holding_names_the_leases_whose_memory_must_stay(scrubbing: Ledger,
+                                                              clock: ManualClock) -> None:
+    """What the scrubber asks once a pass before dropping memory objects: active leases not
+    past their expiry and scrubbing ones hold their extent; released, expired (reaped or not)
+    and unknown ids do not."""
+    live, waits, done, due = (
+        scrubbing.run(partial(leases.grant, request=GrantRequest(
+            size=2 * MiB, actor="test", ttl_s=600 if i < 3 else 5))) for i in range(4))
+    scrubbing.run(partial(leases.release, lease_id=waits.id, actor="test"))  # scrubbing now
+    scrubbing.run(partial(leases.release, lease_id=done.id, actor="test"))
+    finish(scrubbing, done.id)  # released
+    clock.advance(6)  # `due` is past its expiry, not yet reaped
+    asked = [live.id, waits.id, done.id, due.id, "L-unknown"]
+    assert scrubbing.read(partial(reads.still_holding, lease_ids=asked)) == {live.id, waits.id}
+    many = [live.id] + [f"L-{i}" for i in range(1200)]  # more ids than one query takes
+    assert scrubbing.read(partial(reads.still_holding, lease_ids=many)) == {live.id}

@@ -7,7 +7,7 @@ lies in to `claims`, a tenant's totals to `tenants`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -32,6 +32,18 @@ def live_leases(session: Session, *, host_id: str | None = None) -> Sequence[Lea
     if host_id is not None:
         query = query.where(Lease.host_id == host_id)
     return session.scalars(query.order_by(Lease.device_id, Lease.offset)).all()
+
+
+def holding_among(session: Session, lease_ids: Collection[str], now: datetime) -> set[str]:
+    """Which of these leases hold their extent at `now`: scrubbing, or active and not yet past
+    their expiry (what their computed state says). One query per 500 ids, not one per lease."""
+    ids, held = list(lease_ids), set[str]()
+    for at in range(0, len(ids), 500):
+        query = select(Lease.id).where(
+            Lease.id.in_(ids[at:at + 500]), Lease.state.in_(HOLDING_STATES),
+            (Lease.state != LeaseState.ACTIVE) | (Lease.expires_at > now))
+        held.update(session.scalars(query))
+    return held
 
 
 def list_leases(
