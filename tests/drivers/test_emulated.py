@@ -14,7 +14,7 @@ import pytest
 
 from drivers import DriverFailure
 from drivers.emulated import emulated_device
-from drivers.memfd import emulated_memfd, huge_page_room, punch
+from drivers.memfd import HugePageRoom, emulated_memfd, huge_page_room, punch
 from tests.preconditions import need_root
 
 MiB = 2**20
@@ -78,6 +78,21 @@ def test_huge_page_room_counts_free_unreserved_whole_pages(tmp_path: Path) -> No
     assert not huge_page_room(64 * MiB, meminfo) and huge_page_room(48 * MiB, meminfo)
     meminfo.write_text("garbage")
     assert not huge_page_room(2 * MiB, meminfo)
+
+
+def test_a_pool_without_a_free_huge_page_is_read_again_only_after_its_recheck(
+        tmp_path: Path) -> None:
+    meminfo, now = tmp_path / "meminfo", [0.0]
+    room = HugePageRoom(meminfo, recheck_s=1.0, clock=lambda: now[0])
+    meminfo.write_text(MEMINFO.format(free=32, rsvd=0))
+    assert room(64 * MiB) and not room(66 * MiB)  # too big for the pool, yet pages are free:
+    meminfo.write_text(MEMINFO.format(free=0, rsvd=0))  # so the next grant reads it again
+    assert not room(2 * MiB)  # none free: believed for a second
+    meminfo.write_text(MEMINFO.format(free=32, rsvd=0))
+    now[0] = 0.9
+    assert not room(2 * MiB)
+    now[0] = 1.0
+    assert room(2 * MiB)
 
 
 @pytest.fixture
