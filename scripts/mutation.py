@@ -165,7 +165,8 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         "(counted as killed). Survived: every test passed. No tests: "
         "no selected test reaches the function. Equivalent: a survivor that no test can tell "
         "from the original, each listed in `scripts/mutation-equivalent.toml` with its reason. "
-        "Score: (killed + timeout) / (all - equivalent).", "",
+        "Score: (killed + timeout) / (all - equivalent). Log lines are not mutated "
+        "(`do_not_mutate_patterns`): what they say is for operators, no guarantee.", "",
         f"**Score: {overall:.1f}%** ({total['killed'] + total['timeout']} killed of "
         f"{sum(total.values()) - total['equivalent']}; goal {min_score:.0f}%)."
         + (f" {other} mutants were not checked or suspicious." if other else ""), "",
