@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 
 from poold import errors
-from poold.ledger import leases, reads
+from poold.ledger import devices, leases, reads
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
@@ -211,3 +211,36 @@ def test_restart_rebuilds_space_from_the_ledger(make_ledger: LedgerFactory) -> N
     with pytest.raises(errors.NoCapacity):
         grant(second, 16 * MiB)
     assert_clean(second)
+
+
+def test_a_refused_grant_says_what_stands_in_its_way(make_ledger: LedgerFactory) -> None:
+    """Draining devices and devices an admin operation holds are states an admin can end, and
+    the refusal names them; a lease that no device could ever hold says so, with its hints."""
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), emulated_spec(32 * MiB, "emu1")])
+
+    def refusal(size: int, **hints: object) -> str:
+        with pytest.raises(errors.PooldError) as refused:
+            grant(ledger, size, **hints)
+        return f"{type(refused.value).__name__}: {refused.value.detail}"
+
+    ledger.run(partial(devices.drain, devname="emu0", actor="admin"))
+    assert refusal(48 * MiB) == (
+        "DeviceDraining: emu0 in pool 'default' is draining: no new leases there (live ones "
+        "run on) until an admin undrains it; no other device can hold 50331648 bytes")
+    assert refusal(48 * MiB, device="emu0") == (
+        "DeviceDraining: emu0 in pool 'default' is draining: no new leases there (live ones "
+        "run on) until an admin undrains it")
+    assert grant(ledger, 16 * MiB).device == "emu1"  # a device that is not draining serves
+    ledger.run(partial(devices.drain, devname="emu1", actor="admin"))
+    assert refusal(16 * MiB).startswith(
+        "DeviceDraining: emu0, emu1 in pool 'default' are draining: ")
+    for name in ("emu0", "emu1"):
+        ledger.run(partial(devices.undrain, devname=name, actor="admin"))
+    ledger.run(partial(devices.hold, devname="emu0", actor="admin", operation="reconfigure"))
+    assert refusal(48 * MiB) == ("DeviceBusy: emu0 is being changed by an admin operation: "
+                                 "retry when it is done")
+    assert refusal(128 * MiB) == (
+        "LeaseTooLarge: no online device in pool 'default' can hold 134217728 bytes")
+    for hints in ({"device": "emu1"}, {"numa_node": 3}):
+        assert refusal(48 * MiB, **hints) == ("LeaseTooLarge: no online device matching the "
+                                              "hints in pool 'default' can hold 50331648 bytes")
