@@ -97,8 +97,16 @@ def run_readme(tmp_path: Path, kernel: qemu.Kernel
     assert (prefix / "bin" / "poold").read_text().startswith("#!/opt/poold/bin/python")
     in_guest = [s for s in steps if not s.on_host]
     token = next(s for s in in_guest if s.words[:3] == ("poold", "token", "create"))
-    # First a booted host: udev's coldplug done, device_dax and kmem loaded by it.
-    script = ("udevadm settle --timeout=180\n" + readme_install.guest_script(in_guest, prefix)
+    # First a booted host: udev's coldplug done, device_dax and kmem loaded by it. The guest is
+    # emulated (TCG), ten to fifty times slower than a real machine, more when the host is
+    # loaded: a cold start (imports, migrations) can outlast systemd's default 90 s start
+    # timeout, so a system-wide default (not the unit under test) allows it ten minutes.
+    script = ("udevadm settle --timeout=180\n"
+              "mkdir -p /etc/systemd/system.conf.d\n"
+              "printf '[Manager]\\nDefaultTimeoutStartSec=600s\\n' "
+              "> /etc/systemd/system.conf.d/emulated-guest.conf\n"
+              "systemctl daemon-reexec\n"
+              + readme_install.guest_script(in_guest, prefix)
               + f"export TTL={TTL_S} WATCHDOG={WATCHDOG_S} TOKEN_OUT=readme-{token.index}.out\n"
               + ". tests/kernel/service_checks.sh\n")
     result = qemu.run_guest(SCENARIO, script, GUEST_TIMEOUT_S, tmp_path / "guest",
