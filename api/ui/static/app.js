@@ -5,6 +5,12 @@
 // anywhere returns to the login page. The DOM is built with h() and textContent, never innerHTML:
 // tenant names and labels are whatever clients sent.
 
+import { noteServerDate } from "./clock.js";
+import { $, h } from "./dom.js";
+import {
+  ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
+} from "./format.js";
+
 const API = location.pathname.replace(/\/ui(\/.*)?$/, "");
 const KEY_TOKEN = "poold.token";
 const KEY_WHO = "poold.whoami";
@@ -23,63 +29,7 @@ const SPLIT_HELP = {
 };
 const LEASE_STATES = ["active", "scrubbing", "expired", "released", "revoked", "lost"];
 
-// --- DOM and formatting -------------------------------------------------------------------------
-
-function h(tag, props, ...kids) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(props || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else if (k === "style") Object.assign(el.style, v);
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const kid of kids.flat(Infinity)) {
-    if (kid === null || kid === undefined || kid === false) continue;
-    el.append(kid instanceof Node ? kid : String(kid));
-  }
-  return el;
-}
-
-const $ = (sel) => document.querySelector(sel);
-
-function fmtBytes(n) {
-  if (n === null || n === undefined) return "—";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-  let x = n;
-  let i = 0;
-  while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i += 1; }
-  const digits = i === 0 || Number.isInteger(x) || x >= 100 ? 0 : 1;
-  return `${x.toFixed(digits)} ${units[i]}`;
-}
-
-function fmtDuration(seconds) {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
-}
-
-// The ledger's clock judges expiry; the browser's may be off. Every answer's Date header says
-// roughly (1 s resolution) how far.
-let skewMs = 0;
-const now = () => Date.now() + skewMs;
-const secondsSince = (iso) => (now() - Date.parse(iso)) / 1000;
-const ago = (iso) => `${fmtDuration(secondsSince(iso))} ago`;
-
-function fmtExpiry(lease) {
-  if (lease.ended_at) return `ended ${ago(lease.ended_at)}`;
-  const left = -secondsSince(lease.expires_at);
-  return left > 0 ? `in ${fmtDuration(left)}` : `${fmtDuration(-left)} ago`;
-}
-
-const fmtTime = (iso) => new Date(iso).toLocaleString([], { hour12: false });
-const pct = (part, whole) => (whole > 0 ? (100 * part) / whole : 0);
-const shortId = (id) => (id.length > 12 ? `${id.slice(0, 8)}…` : id);
 const stateBadge = (state) => h("span", { class: `state ${state}`, text: state });
-const labelsText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 
 // Distinct colours for tenants and hosts (none of them the UI's reds, ambers or greys).
 const PALETTE = ["#4e79a7", "#59a14f", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#af7aa1",
@@ -164,8 +114,7 @@ async function call(path, { method = "GET", body, token = session.token } = {}) 
   } catch (exc) {
     throw new ApiError(0, { detail: `the daemon did not answer (${exc.message})` }, method, path);
   }
-  const date = Date.parse(resp.headers.get("date") || "");
-  if (!Number.isNaN(date) && Math.abs(date - Date.now() - skewMs) > 1500) skewMs = date - Date.now();
+  noteServerDate(Date.parse(resp.headers.get("date") || ""));
   const text = await resp.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text.slice(0, 300) }; }
@@ -219,14 +168,6 @@ function confirmDialog(title, body, okText, field = null) {
       resolve(field ? (ok ? input.value.trim() : null) : ok);
     }, { once: true });
   });
-}
-
-// "4GiB", "512 MiB", "2g", "1073741824" -> bytes; NaN when it is none of these.
-function parseBytes(text) {
-  const m = /^(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?$/i.exec(text.trim());
-  if (!m) return Number.NaN;
-  const power = " kmgtp".indexOf((m[2] || " ").toLowerCase());
-  return Math.round(Number(m[1]) * 1024 ** power);
 }
 
 function showTooltip(event, lines) {
