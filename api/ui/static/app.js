@@ -5,16 +5,13 @@
 // anywhere returns to the login page. The DOM is built with h() and textContent, never innerHTML:
 // tenant names and labels are whatever clients sent.
 
-import { noteServerDate } from "./clock.js";
+import { ApiError, api, call, noSuchRoute } from "./api.js";
 import { $, h } from "./dom.js";
 import {
   ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
 } from "./format.js";
+import { session } from "./session.js";
 
-const API = location.pathname.replace(/\/ui(\/.*)?$/, "");
-const KEY_TOKEN = "poold.token";
-const KEY_WHO = "poold.whoami";
-const KEY_NOTICE = "poold.notice";
 const POLL_MS = 1000;
 const SPLIT = ["leased", "scrubbing", "idle", "draining", "free"];
 const SPLIT_LABEL = {
@@ -57,80 +54,6 @@ function coloursFor(keys) {
     out.set(key, PALETTE[i]);
   }
   return out;
-}
-
-// --- talking to the daemon ----------------------------------------------------------------------
-
-// The router's own 404 (no such route: `NotFound`, or FastAPI's bare body) or 405.
-function noSuchRoute(status, body) {
-  const error = body && body.error;
-  return status === 405 || (status === 404 && (!error || error === "NotFound"));
-}
-
-class ApiError extends Error {
-  constructor(status, body, method, path) {
-    super(ApiError.describe(status, body));
-    this.status = status;
-    this.body = body;
-    this.where = `${method} ${path}`;
-  }
-
-  static describe(status, body) {
-    if (status === 0) return body.detail;
-    const name = body && body.error ? body.error : `HTTP ${status}`;
-    let detail = body ? body.detail : "";
-    if (Array.isArray(detail)) detail = detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
-    else if (detail && typeof detail === "object") detail = JSON.stringify(detail);
-    return detail ? `${name}: ${detail}` : name;
-  }
-
-  // A route the daemon does not have (yet), as opposed to a poold error such as UnknownDevice.
-  get missingEndpoint() { return noSuchRoute(this.status, this.body); }
-}
-
-const session = {
-  get token() { return sessionStorage.getItem(KEY_TOKEN) || ""; },
-  get who() { return JSON.parse(sessionStorage.getItem(KEY_WHO) || "null"); },
-  start(token, who) {
-    sessionStorage.setItem(KEY_TOKEN, token);
-    sessionStorage.setItem(KEY_WHO, JSON.stringify(who));
-  },
-  end(notice) {
-    sessionStorage.removeItem(KEY_TOKEN);
-    sessionStorage.removeItem(KEY_WHO);
-    if (notice) sessionStorage.setItem(KEY_NOTICE, notice);
-  },
-};
-
-async function call(path, { method = "GET", body, token = session.token } = {}) {
-  const headers = { accept: "application/json" };
-  if (token) headers.authorization = `Bearer ${token}`;
-  if (body !== undefined) headers["content-type"] = "application/json";
-  let resp;
-  try {
-    resp = await fetch(API + path, {
-      method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch (exc) {
-    throw new ApiError(0, { detail: `the daemon did not answer (${exc.message})` }, method, path);
-  }
-  noteServerDate(Date.parse(resp.headers.get("date") || ""));
-  const text = await resp.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text.slice(0, 300) }; }
-  return { status: resp.status, data, method, path };
-}
-
-// The call every page makes: JSON on success; a 401 ends the session.
-async function api(path, options) {
-  const r = await call(path, options);
-  if (r.status >= 200 && r.status < 300) return r.data;
-  const error = new ApiError(r.status, r.data, r.method, r.path);
-  if (r.status === 401) {
-    session.end(`The daemon refused your token (${error.message}). Log in again.`);
-    location.hash = "#/login";
-  }
-  throw error;
 }
 
 // --- chrome: toasts, banner, confirmation, tooltip ----------------------------------------------
@@ -857,8 +780,7 @@ function drawEvents(st, freshIds) {
 function showLogin() {
   $("#top").hidden = true;
   banner(null);
-  const notice = sessionStorage.getItem(KEY_NOTICE);
-  sessionStorage.removeItem(KEY_NOTICE);
+  const notice = session.takeNotice();
   const token = h("input", { id: "token", type: "password", autocomplete: "off", spellcheck: "false",
     placeholder: "pd_…", "aria-label": "Admin token" });
   const message = h("div", { id: "login-message", class: notice ? "message error" : "message", role: "alert" },
