@@ -6,11 +6,13 @@
 // tenant names and labels are whatever clients sent.
 
 import { ApiError, api, call, noSuchRoute } from "./api.js";
+import { banner, confirmDialog, hideTooltip, showTooltip, toast } from "./chrome.js";
 import { $, h } from "./dom.js";
 import {
   ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
 } from "./format.js";
 import { session } from "./session.js";
+import { emptyState, stateBadge, table } from "./widgets.js";
 
 const POLL_MS = 1000;
 const SPLIT = ["leased", "scrubbing", "idle", "draining", "free"];
@@ -26,7 +28,6 @@ const SPLIT_HELP = {
 };
 const LEASE_STATES = ["active", "scrubbing", "expired", "released", "revoked", "lost"];
 
-const stateBadge = (state) => h("span", { class: `state ${state}`, text: state });
 
 // Distinct colours for tenants and hosts (none of them the UI's reds, ambers or greys).
 const PALETTE = ["#4e79a7", "#59a14f", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#af7aa1",
@@ -54,72 +55,6 @@ function coloursFor(keys) {
     out.set(key, PALETTE[i]);
   }
   return out;
-}
-
-// --- chrome: toasts, banner, confirmation, tooltip ----------------------------------------------
-
-function toast(message, kind = "info") {
-  const el = h("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status", text: message });
-  $("#toasts").append(el);
-  setTimeout(() => el.remove(), kind === "error" ? 8000 : 4000);
-}
-
-function banner(message, kind = "error") {
-  const el = $("#banner");
-  el.hidden = !message;
-  el.className = `banner ${kind}`;
-  el.textContent = message || "";
-}
-
-// A modal confirmation. With `field` (a placeholder), it also asks for a size: resolves to the
-// typed text, or null when cancelled; without, to true or false.
-function confirmDialog(title, body, okText, field = null) {
-  const dialog = $("#confirm");
-  $("#confirm-title").textContent = title;
-  $("#confirm-body").textContent = body;
-  $("#confirm-ok").textContent = okText;
-  $("#confirm-field").hidden = !field;
-  const input = $("#confirm-input");
-  input.value = "";
-  input.placeholder = field || "";
-  dialog.returnValue = "";
-  dialog.showModal();
-  if (field) input.focus();
-  return new Promise((resolve) => {
-    dialog.addEventListener("close", () => {
-      const ok = dialog.returnValue === "ok";
-      resolve(field ? (ok ? input.value.trim() : null) : ok);
-    }, { once: true });
-  });
-}
-
-function showTooltip(event, lines) {
-  const tip = $("#tooltip");
-  tip.replaceChildren(...lines.map((line) => h("div", { text: line })));
-  tip.hidden = false;
-  const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
-  const y = event.clientY + 16 + tip.offsetHeight > window.innerHeight
-    ? event.clientY - tip.offsetHeight - 10 : event.clientY + 16;
-  tip.style.left = `${x}px`;
-  tip.style.top = `${y}px`;
-}
-
-const hideTooltip = () => { $("#tooltip").hidden = true; };
-
-function emptyState(text) { return h("div", { class: "empty", text }); }
-
-function table(columns, rows, sort) {
-  // columns: [{key, label, num, sortable}]; rows: <tr> nodes; sort: {key, dir, onSort}.
-  const head = columns.map((c) => {
-    const classes = [c.num ? "num" : "", c.sortable && sort ? "sortable" : ""];
-    if (sort && sort.key === c.key) classes.push(sort.dir > 0 ? "sorted-asc" : "sorted-desc");
-    return h("th", {
-      class: classes.join(" ").trim() || null, "data-key": c.key, title: c.title,
-      onclick: c.sortable && sort ? () => sort.onSort(c.key) : null,
-    }, c.label);
-  });
-  return h("div", { class: "table-wrap" },
-    h("table", {}, h("thead", {}, h("tr", {}, head)), h("tbody", {}, rows)));
 }
 
 function splitBar(split, thin) {
