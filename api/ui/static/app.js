@@ -11,10 +11,10 @@ import { $, h } from "./dom.js";
 import {
   ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
 } from "./format.js";
+import { setCurrent, startPolling, tickNow, togglePause } from "./poll.js";
 import { session } from "./session.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
-const POLL_MS = 1000;
 const SPLIT = ["leased", "scrubbing", "idle", "draining", "free"];
 const SPLIT_LABEL = {
   leased: "Leased", scrubbing: "Scrubbing", idle: "Claimed, idle", draining: "Draining", free: "Free",
@@ -776,14 +776,12 @@ const PAGES = {
   overview: overviewPage, devices: devicesPage, map: mapPage, leases: leasesPage,
   hosts: hostsPage, events: eventsPage,
 };
-let current = null; // {name, page, state, loaded, busy}
-let paused = false;
 
 function route() {
   hideTooltip();
   const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
   if (name === "login" || !session.who) {
-    current = null;
+    setCurrent(null);
     if (name !== "login") { location.replace("#/login"); return; }
     showLogin();
     return;
@@ -799,53 +797,15 @@ function route() {
   banner(null);
   const root = h("section", { id: `page-${name}` });
   $("#main").replaceChildren(root);
-  current = { name, page, state: page.mount(root, arg), loaded: false, busy: false };
+  setCurrent({ name, page, state: page.mount(root, arg), loaded: false, busy: false });
   tickNow();
 }
 
-async function tickNow() {
-  const mine = current;
-  if (!mine || mine.busy) return;
-  mine.busy = true;
-  try {
-    await mine.page.refresh(mine.state);
-    if (mine !== current) return;
-    mine.loaded = new Date().toLocaleTimeString([], { hour12: false });
-    banner(null);
-    setLive(paused ? "paused" : "ok", `updated ${mine.loaded}`);
-  } catch (exc) {
-    if (mine !== current || exc.status === 401) return;
-    setLive("error", exc.message);
-    const body = mine.state.body || mine.state.pools || mine.state.ledger;
-    const retry = `retrying every ${POLL_MS / 1000} s`;
-    if (!mine.loaded && body) {
-      body.replaceChildren(h("div", { class: "error-state" },
-        `Could not load this page: ${exc.message}. It loads by itself once the daemon answers; ${retry}.`));
-    } else {
-      banner(`Live update failed: ${exc.message}. Showing what was loaded at ${mine.loaded}; ${retry}.`);
-    }
-  } finally {
-    mine.busy = false;
-  }
-}
-
-function setLive(kind, detail) {
-  const el = $("#live");
-  el.className = `live ${kind}`;
-  el.textContent = { ok: "live", paused: "paused", error: "offline" }[kind];
-  el.title = detail || "";
-}
-
-$("#pause").addEventListener("click", () => {
-  paused = !paused;
-  $("#pause").textContent = paused ? "Resume" : "Pause";
-  setLive(paused ? "paused" : "ok");
-  if (!paused) tickNow();
-});
+$("#pause").addEventListener("click", togglePause);
 $("#logout").addEventListener("click", () => {
   session.end("You are logged out.");
   location.hash = "#/login";
 });
 window.addEventListener("hashchange", route);
-setInterval(() => { if (!paused && !document.hidden) tickNow(); }, POLL_MS);
+startPolling();
 route();
