@@ -11,12 +11,13 @@ import { $, h } from "./dom.js";
 import {
   ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
 } from "./format.js";
+import { leaseTable } from "./lease-table.js";
+import { leasesPage } from "./leases.js";
 import { overviewPage } from "./overview.js";
 import { setCurrent, startPolling, tickNow, togglePause } from "./poll.js";
 import { session } from "./session.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
-const LEASE_STATES = ["active", "scrubbing", "expired", "released", "revoked", "lost"];
 
 
 // Distinct colours for tenants and hosts (none of them the UI's reds, ambers or greys).
@@ -392,152 +393,6 @@ function kernelTables(topo, known) {
       .map((label) => ({ key: label, label, num: ["Memory", "Free"].includes(label) })), nodeRows));
   }
   return out;
-}
-
-// Leases ----------------------------------------------------------------------------------------
-
-const leaseView = {
-  filters: { state: "", pool: "", host: "", tenant: "", label: "", q: "" },
-  sort: { key: "granted_at", dir: -1 },
-};
-
-const LEASE_COLUMNS = [
-  { key: "id", label: "Lease", sortable: true }, { key: "pool", label: "Pool", sortable: true },
-  { key: "host", label: "Host", sortable: true }, { key: "tenant", label: "Tenant", sortable: true },
-  { key: "device", label: "Device", sortable: true },
-  { key: "offset", label: "Offset", num: true, sortable: true },
-  { key: "length", label: "Size", num: true, sortable: true },
-  { key: "generation", label: "Gen", num: true, sortable: true },
-  { key: "state", label: "State", sortable: true }, { key: "labels", label: "Labels", sortable: true },
-  { key: "granted_at", label: "Granted", sortable: true },
-  { key: "expires_at", label: "Expires", sortable: true }, { key: "action", label: "" },
-];
-
-function leaseMatches(l, f) {
-  if (f.state && l.state !== f.state) return false;
-  if (f.pool && l.pool !== f.pool) return false;
-  if (f.host && l.host !== f.host) return false;
-  if (f.tenant && !(l.tenant ?? "").toLowerCase().includes(f.tenant.toLowerCase())) return false;
-  if (f.q && !l.id.includes(f.q.trim())) return false;
-  if (f.label) {
-    const [k, v] = f.label.split("=", 2).map((s) => s.trim());
-    const labels = l.labels || {};
-    if (v !== undefined ? labels[k] !== v : !(k in labels) && !labelsText(labels).includes(k)) return false;
-  }
-  return true;
-}
-
-function sortValue(l, key) {
-  if (key === "labels") return labelsText(l.labels);
-  if (key === "granted_at" || key === "expires_at") return Date.parse(l[key]);
-  return l[key] ?? "";
-}
-
-function leaseTable(leases, { compact = false, onSort = null } = {}) {
-  const columns = compact
-    ? LEASE_COLUMNS.filter((c) => !["pool", "device", "action"].includes(c.key)) : LEASE_COLUMNS;
-  const rows = leases.map((l) => h("tr", { "data-lease": l.id, "data-state": l.state },
-    columns.map((c) => leaseCell(l, c.key))));
-  return table(columns, rows, onSort ? { ...leaseView.sort, onSort } : null);
-}
-
-function leaseCell(l, key) {
-  switch (key) {
-    case "id": return h("td", { class: "mono", title: l.id }, shortId(l.id));
-    case "tenant": return h("td", {}, l.tenant ?? h("span", { class: "muted" }, "—"));
-    case "device": return h("td", {}, h("a", { href: `#/map/${l.device_id}` }, l.device));
-    case "offset": return h("td", { class: "num" }, fmtBytes(l.offset));
-    case "length": return h("td", { class: "num" }, fmtBytes(l.length));
-    case "generation": return h("td", { class: "num" }, String(l.generation));
-    case "state": return h("td", { class: "lease-state" }, stateBadge(l.state));
-    case "labels": return h("td", { class: "wrap" },
-      Object.entries(l.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)));
-    case "granted_at": return h("td", { title: fmtTime(l.granted_at) }, ago(l.granted_at));
-    case "expires_at": return h("td", { title: fmtTime(l.expires_at) }, fmtExpiry(l));
-    case "action": return h("td", {}, l.state === "active"
-      ? h("button", { class: "small danger revoke", "data-lease": l.id, onclick: () => revoke(l) }, "Revoke")
-      : null);
-    default: return h("td", {}, l[key] ?? "—");
-  }
-}
-
-async function revoke(lease) {
-  const ok = await confirmDialog("Revoke this lease?",
-    `Lease ${lease.id} (${fmtBytes(lease.length)} on ${lease.device}, tenant ${lease.tenant ?? "none"}, `
-    + `host ${lease.host}) ends now. Its holder learns at its next keepalive and must stop using the memory.`,
-    "Revoke lease");
-  if (!ok) return;
-  try {
-    const ended = await api(`/v1/leases/${encodeURIComponent(lease.id)}/revoke`, { method: "POST" });
-    toast(`Lease ${shortId(lease.id)} is ${ended.state}.`);
-  } catch (exc) {
-    if (exc.status !== 401) toast(`Revoke failed: ${exc.message}`, "error");
-  }
-  tickNow();
-}
-
-function selectOf(id, label, values, current, onChange, allText = "all") {
-  const select = h("select", { id, onchange: () => onChange(select.value) },
-    h("option", { value: "" }, allText), values.map((v) => h("option", { value: v }, v)));
-  select.value = current;
-  return h("label", {}, label, select);
-}
-
-const leasesPage = {
-  title: "Leases",
-  mount(root) {
-    const st = { data: null, choices: "" };
-    st.controls = h("div", { class: "toolbar" });
-    st.body = h("div", { id: "leases" }, emptyState("Loading…"));
-    root.append(h("h1", {}, "Leases"), st.controls, st.body);
-    return st;
-  },
-  async refresh(st) {
-    st.data = await api("/v1/leases?limit=1000");
-    drawLeases(st);
-  },
-};
-
-function drawLeases(st) {
-  const f = leaseView.filters;
-  const uniq = (key) => [...new Set(st.data.map((l) => l[key]))].sort();
-  const choices = JSON.stringify([uniq("pool"), uniq("host")]);
-  if (choices !== st.choices) {
-    // Rebuilt only when the choices change, so an open select or a focused input is left alone.
-    st.choices = choices;
-    const set = (key) => (value) => { f[key] = value; drawLeases(st); };
-    const text = (key, label, placeholder) => {
-      const input = h("input", { id: `filter-${key}`, type: "search", placeholder, value: f[key],
-        oninput: () => set(key)(input.value) });
-      return h("label", {}, label, input);
-    };
-    st.count = h("span", { class: "count", id: "lease-count" });
-    st.controls.replaceChildren(
-      selectOf("filter-state", "State", LEASE_STATES, f.state, set("state")),
-      selectOf("filter-pool", "Pool", uniq("pool"), f.pool, set("pool")),
-      selectOf("filter-host", "Host", uniq("host"), f.host, set("host")),
-      text("tenant", "Tenant", "contains…"), text("label", "Label", "key or key=value"),
-      text("q", "Lease id", "contains…"), st.count);
-  }
-  const { key, dir } = leaseView.sort;
-  const shown = st.data.filter((l) => leaseMatches(l, f)).sort((a, b) => {
-    const x = sortValue(a, key);
-    const y = sortValue(b, key);
-    return (x < y ? -1 : x > y ? 1 : 0) * dir;
-  });
-  st.count.textContent = `${shown.length} of ${st.data.length} lease${st.data.length === 1 ? "" : "s"}`
-    + (st.data.length >= 1000 ? " (the newest 1000)" : "");
-  const onSort = (k) => {
-    leaseView.sort = { key: k, dir: leaseView.sort.key === k ? -leaseView.sort.dir : 1 };
-    drawLeases(st);
-  };
-  if (!st.data.length) {
-    st.body.replaceChildren(emptyState("No leases yet. Clients lease with POST /v1/leases."));
-  } else if (!shown.length) {
-    st.body.replaceChildren(emptyState("No lease matches these filters."));
-  } else {
-    st.body.replaceChildren(leaseTable(shown, { onSort }));
-  }
 }
 
 // Hosts -----------------------------------------------------------------------------------------
