@@ -6,192 +6,19 @@
 // tenant names and labels are whatever clients sent.
 
 import { ApiError, api, call, noSuchRoute } from "./api.js";
-import { banner, confirmDialog, hideTooltip, showTooltip, toast } from "./chrome.js";
+import { banner, confirmDialog, hideTooltip, toast } from "./chrome.js";
 import { $, h } from "./dom.js";
-import {
-  ago, fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, parseBytes, pct, secondsSince, shortId,
-} from "./format.js";
-import { leaseTable } from "./lease-table.js";
+import { ago, fmtBytes, fmtDuration, fmtTime, parseBytes, pct, shortId } from "./format.js";
 import { leasesPage } from "./leases.js";
+import { mapPage } from "./map.js";
 import { overviewPage } from "./overview.js";
 import { setCurrent, startPolling, tickNow, togglePause } from "./poll.js";
 import { session } from "./session.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
-
-
-// Distinct colours for tenants and hosts (none of them the UI's reds, ambers or greys).
-const PALETTE = ["#4e79a7", "#59a14f", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#af7aa1",
-  "#2f4b7c", "#7fb800", "#d45087", "#00a3c4", "#8c6bb1"];
-
-function hashOf(key) {
-  let hash = 0;
-  for (const ch of String(key)) hash = (hash * 31 + ch.codePointAt(0)) | 0;
-  return Math.abs(hash);
-}
-
-// key -> colour for a set of keys: each key starts at its hash's colour (so it keeps it while
-// the set changes little) and moves on to the next free one when another key took it.
-function coloursFor(keys) {
-  const taken = new Map();
-  const out = new Map();
-  for (const key of [...new Set(keys)].sort()) {
-    if (taken.size === PALETTE.length) {
-      out.set(key, `hsl(${hashOf(key) % 360} 55% 50%)`); // more keys than colours
-      continue;
-    }
-    let i = hashOf(key) % PALETTE.length;
-    while (taken.has(i)) i = (i + 1) % PALETTE.length;
-    taken.set(i, key);
-    out.set(key, PALETTE[i]);
-  }
-  return out;
-}
-
 // --- pages --------------------------------------------------------------------------------------
 // A page: mount(root, arg) builds what stays and returns its state; refresh(state) fetches and
 // redraws the data. refresh runs at once and then every POLL_MS while the page is on screen.
-
-// Memory map -------------------------------------------------------------------------------------
-
-const mapPage = {
-  title: "Memory map",
-  mount(root, arg) {
-    const st = { id: arg ? Number(arg) : null, colourBy: "tenant", selected: null, json: "" };
-    st.picker = h("select", { id: "map-device", onchange: () => { location.hash = `#/map/${st.picker.value}`; } });
-    st.colour = h("select", { id: "map-colour", onchange: () => { st.colourBy = st.colour.value; st.json = ""; tickNow(); } },
-      h("option", { value: "tenant" }, "tenant"), h("option", { value: "host" }, "host"));
-    st.title = h("h1", {}, "Memory map");
-    st.meta = h("div", { class: "muted" });
-    st.body = h("div", {}, emptyState("Loading…"));
-    root.append(st.title, h("div", { class: "toolbar" },
-      h("label", {}, "Device", st.picker), h("label", {}, "Colour leases by", st.colour), st.meta),
-    st.body);
-    return st;
-  },
-  async refresh(st) {
-    const devices = await api("/v1/devices");
-    const ids = devices.map((d) => String(d.id)).join();
-    if (st.pickerIds !== ids) {
-      st.pickerIds = ids;
-      st.picker.replaceChildren(...devices.map((d) => h("option", { value: d.id }, `${d.devname} (${d.pool})`)));
-    }
-    if (!devices.length) {
-      st.body.replaceChildren(emptyState("No devices to map."));
-      return;
-    }
-    if (st.id === null) {
-      location.replace(`#/map/${devices[0].id}`);
-      return;
-    }
-    st.picker.value = String(st.id);
-    const map = await api(`/v1/devices/${st.id}/extents`);
-    const json = JSON.stringify(map);
-    if (json !== st.json) {
-      st.json = json;
-      drawMap(st, map);
-    }
-    drawDetails(st);
-  },
-};
-
-function drawMap(st, { device, claims, leases }) {
-  st.leases = new Map(leases.map((l) => [l.id, l]));
-  st.title.textContent = `Memory map · ${device.devname}`;
-  st.meta.textContent = `${device.chardev} · ${device.kind} · pool ${device.pool} · ${fmtBytes(device.size)}`
-    + ` · align ${fmtBytes(device.align)} · ${device.state}`;
-  const keyOf = (l) => (st.colourBy === "tenant" ? l.tenant ?? "(no tenant)" : l.host);
-  const place = (el, offset, length) => {
-    el.style.left = `${pct(offset, device.size)}%`;
-    el.style.width = `${pct(length, device.size)}%`;
-    return el;
-  };
-  const colours = coloursFor([...leases.map(keyOf), ...claims.map((c) => c.host)]);
-  const colourOf = (key) => colours.get(key);
-  const claimLane = h("div", { class: "lane claims" }, claims.map((c) => {
-    const el = h("div", {
-      class: "extent claim", "data-claim": c.id,
-      onmousemove: (e) => showTooltip(e, [`Claim #${c.id} by host ${c.host}`,
-        `offset ${fmtBytes(c.offset)}, size ${fmtBytes(c.length)}`, `claimed ${ago(c.created_at)}`]),
-      onmouseleave: hideTooltip,
-    });
-    el.style.background = colourOf(c.host);
-    return place(el, c.offset, c.length);
-  }));
-  const leaseLane = h("div", { class: "lane leases" }, leases.map((l) => {
-    const el = h("div", {
-      class: `extent lease${st.selected === l.id ? " selected" : ""}`, "data-lease": l.id,
-      tabindex: 0,
-      onmousemove: (e) => showTooltip(e, leaseLines(l)),
-      onmouseleave: hideTooltip,
-      onclick: () => { st.selected = l.id; st.json = ""; drawMapFromCache(st, { device, claims, leases }); },
-    });
-    el.style.background = colourOf(keyOf(l));
-    return place(el, l.offset, l.length);
-  }));
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
-    const el = h("span", {}, fmtBytes(Math.round(device.size * f)));
-    el.style.left = `${f * 100}%`;
-    return el;
-  });
-  const keys = [...new Set(leases.map(keyOf))].sort();
-  const hosts = [...new Set(claims.map((c) => c.host))].sort();
-  const leased = leases.reduce((sum, l) => sum + l.length, 0);
-  const claimed = claims.reduce((sum, c) => sum + c.length, 0);
-  const summary = `${leases.length} live lease${leases.length === 1 ? "" : "s"} (${fmtBytes(leased)}), `
-    + `${claims.length} claim${claims.length === 1 ? "" : "s"} (${fmtBytes(claimed)}), `
-    + `${fmtBytes(device.size - claimed)} unclaimed`;
-  st.details = h("div", { class: "card details", id: "map-details" });
-  const mapCard = h("div", { class: "map", id: "memory-map" },
-    h("div", { class: "muted" }, summary),
-    h("div", { class: "lane-title" }, "Claims, by host"), claimLane,
-    h("div", { class: "lane-title" }, `Leases, by ${st.colourBy}`), leaseLane,
-    h("div", { class: "axis" }, ticks),
-    h("div", { class: "legend" },
-      keys.map((k) => h("span", {}, swatch(colourOf(k)), `${st.colourBy} ${k}`)),
-      hosts.map((k) => h("span", {}, swatch(colourOf(k), 0.55), `claim of ${k}`)),
-      h("span", {}, h("span", { class: "swatch seg-free" }), "unclaimed")));
-  const parts = [h("div", { class: "map-layout" }, mapCard, st.details)];
-  if (!leases.length && !claims.length) {
-    parts.unshift(emptyState(`Nothing is claimed or leased on ${device.devname}: all ${fmtBytes(device.size)} are free.`));
-  }
-  if (leases.length) parts.push(h("h2", {}, "Leases on this device"), leaseTable(leases, { compact: true }));
-  st.body.replaceChildren(...parts);
-}
-
-function drawMapFromCache(st, map) { st.json = JSON.stringify(map); drawMap(st, map); drawDetails(st); }
-
-function swatch(colour, opacity = 1) {
-  const el = h("span", { class: "swatch" });
-  el.style.background = colour;
-  el.style.opacity = String(opacity);
-  return el;
-}
-
-function leaseLines(l) {
-  return [`Lease ${l.id}`, `holder: tenant ${l.tenant ?? "(none)"} on host ${l.host}`,
-    `size ${fmtBytes(l.length)} at offset ${fmtBytes(l.offset)}`,
-    `age ${fmtDuration(secondsSince(l.granted_at))}, expires ${fmtExpiry(l)}`,
-    `generation ${l.generation}`, labelsText(l.labels) ? `labels ${labelsText(l.labels)}` : null,
-  ].filter(Boolean);
-}
-
-function drawDetails(st) {
-  if (!st.details) return;
-  const l = st.selected && st.leases ? st.leases.get(st.selected) : null;
-  if (!l) {
-    st.details.replaceChildren(h("div", { class: "muted" },
-      st.selected ? "The selected lease has ended." : "Hover over an extent for a summary; click a lease for its details."));
-    return;
-  }
-  const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
-  st.details.replaceChildren(h("h3", {}, "Lease"), h("dl", {},
-    row("id", h("code", {}, l.id)), row("tenant", l.tenant ?? "(none)"), row("host", l.host),
-    row("state", stateBadge(l.state)), row("size", fmtBytes(l.length)),
-    row("offset", `${fmtBytes(l.offset)} (${l.offset})`), row("generation", String(l.generation)),
-    row("age", fmtDuration(secondsSince(l.granted_at))), row("expires", fmtExpiry(l)),
-    row("ttl", `${l.ttl_s} s`), row("labels", labelsText(l.labels) || "—")));
-}
 
 // Devices ---------------------------------------------------------------------------------------
 
