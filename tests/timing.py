@@ -34,7 +34,7 @@ START_S = 120.0
 # The timeout of one request a test makes while it waits for something (a daemon coming up):
 # answering may take seconds on a loaded machine; a refused connection fails at once anyway.
 PROBE_S = 10.0
-# The web UI redraws the page on screen every second (api/ui/static/app.js POLL_MS).
+# The web UI redraws the page on screen every second (api/ui/static/poll.js POLL_MS).
 UI_POLL_S = 1.0
 
 

@@ -177,7 +177,7 @@ def screenshot(page: Page, name: str) -> Path:
 
 
 def human(n: int) -> str:
-    """Bytes as the UI writes them (app.js fmtBytes): binary units, one decimal below 100."""
+    """Bytes as the UI writes them (format.js fmtBytes): binary units, one decimal below 100."""
     units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
     x, i = float(n), 0
     while abs(x) >= 1024 and i < len(units) - 1:

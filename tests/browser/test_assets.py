@@ -15,13 +15,22 @@ from poold.ledger.capacity import split
 from poold.types import MiB
 from tests.browser.conftest import Served
 
-ASSETS = ("index.html", "app.js", "app.css", "favicon.svg")
+# Every file of the UI: the page, its stylesheet and icon, and its ES modules (no build step).
+ASSETS = tuple(sorted(p.name for p in STATIC.iterdir() if p.is_file()))
 
 
 def test_assets_are_package_data() -> None:
     packaged = files("api.ui") / "static"
     for name in ASSETS:
         assert (packaged / name).is_file(), name
+
+
+def test_every_module_imported_is_one_of_the_assets() -> None:
+    """The modules import each other by relative path: each one named must ship beside them."""
+    assert {"index.html", "app.js", "app.css", "favicon.svg"} <= set(ASSETS)
+    for name in (n for n in ASSETS if n.endswith(".js")):
+        imported = re.findall(r'\bfrom "\./([\w.-]+)"', (STATIC / name).read_text())
+        assert set(imported) <= set(ASSETS), f"{name} imports {set(imported) - set(ASSETS)}"
 
 
 def test_nothing_is_loaded_from_the_internet() -> None:
@@ -42,6 +51,8 @@ def test_the_page_and_assets_are_served_without_a_token(served: Served) -> None:
         asset = httpx.get(f"{served.url}/ui/static/{name}")
         assert asset.status_code == 200, name
         assert asset.headers["x-content-type-options"] == "nosniff"
+        if name.endswith(".js"):  # a module script is refused with any other type
+            assert asset.headers["content-type"].startswith("text/javascript"), name
     assert httpx.get(f"{served.url}/ui/static/nosuchfile.js").status_code == 404
 
 
