@@ -1,7 +1,7 @@
 // Device actions: drain, undrain, reconfigure, resize, destroy and create, each confirmed first.
 import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
-import { fmtBytes, parseBytes } from "./format.js";
+import { baseName, fmtBytes, parseBytes } from "./format.js";
 import { tickNow } from "./poll.js";
 
 // Device operations (api.routers.devices) address dax devices by name; the emulated device has
@@ -33,7 +33,7 @@ export async function drainAction(device, verb) {
 }
 
 export async function reconfigureAction(d) {
-  const devname = d.chardev.split("/").pop();
+  const devname = baseName(d.chardev);
   const mode = d.mode === "system-ram" ? "devdax" : "system-ram";
   const text = mode === "system-ram"
     ? `${devname} goes to the kernel as a CPU-less NUMA node (kmem); poold stops leasing it. Refused while it holds live leases.`
@@ -44,7 +44,7 @@ export async function reconfigureAction(d) {
 }
 
 export async function resizeAction(d) {
-  const devname = d.chardev.split("/").pop();
+  const devname = baseName(d.chardev);
   const text = await confirmDialog(`Resize ${devname}`, `Now ${fmtBytes(d.size)}; a multiple of `
     + `${fmtBytes(d.align)}. Refused while it holds live leases.`, "Resize", "e.g. 1GiB, 0 to empty");
   if (text === null) return;
@@ -54,7 +54,7 @@ export async function resizeAction(d) {
 }
 
 export async function destroyAction(d) {
-  const devname = d.chardev.split("/").pop();
+  const devname = baseName(d.chardev);
   if (await confirmDialog(`Destroy ${devname}?`, `${fmtBytes(d.size)} go back to dax region `
     + `${d.region_id}. Refused while it holds live leases.`, "Destroy")) await deviceOp(devname, "destroy");
 }

@@ -2,8 +2,8 @@
 import { api } from "./api.js";
 import { DAX_NAME, drainAction } from "./device-actions.js";
 import { h } from "./dom.js";
-import { fmtBytes, pct } from "./format.js";
-import { baseName, kernelTables } from "./kernel.js";
+import { baseName, fmtBytes, pct } from "./format.js";
+import { kernelTables } from "./kernel.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
 export const devicesPage = {

@@ -40,3 +40,6 @@ export function parseBytes(text) {
   const power = " kmgtp".indexOf((m[2] || " ").toLowerCase());
   return Math.round(Number(m[1]) * 1024 ** power);
 }
+
+// The last part of a path: a dax device's name from its chardev.
+export const baseName = (path) => String(path).split("/").pop();

@@ -1,10 +1,8 @@
 // The devices page's kernel topology: DAX devices and regions, CXL memdevs and regions, NUMA nodes.
 import { createAction, destroyAction, reconfigureAction, resizeAction } from "./device-actions.js";
 import { h } from "./dom.js";
-import { fmtBytes } from "./format.js";
+import { baseName, fmtBytes } from "./format.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
-
-export const baseName = (path) => String(path).split("/").pop();
 
 export function kernelTables(topo, known) {
   const out = [];
@@ -30,7 +28,7 @@ export function kernelTables(topo, known) {
     h("td", {}, `region${r.id}`), h("td", { class: "mono" }, r.path),
     h("td", { class: "num" }, fmtBytes(r.size)), h("td", { class: "num" }, fmtBytes(r.available_size)),
     h("td", {}, fmtBytes(r.align)), h("td", {}, r.dynamic ? "dynamic" : "static"),
-    h("td", {}, (r.devices || []).map((c) => c.split("/").pop()).join(", ") || "—"),
+    h("td", {}, (r.devices || []).map(baseName).join(", ") || "—"),
     h("td", {}, r.dynamic && r.available_size > 0
       ? h("button", { class: "small ghost create", onclick: () => createAction(r) }, "New device") : "")));
   if (regionRowsDax.length) {

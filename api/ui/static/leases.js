@@ -33,9 +33,9 @@ function sortValue(l, key) {
   return l[key] ?? "";
 }
 
-function selectOf(id, label, values, current, onChange, allText = "all") {
+function selectOf(id, label, values, current, onChange) {
   const select = h("select", { id, onchange: () => onChange(select.value) },
-    h("option", { value: "" }, allText), values.map((v) => h("option", { value: v }, v)));
+    h("option", { value: "" }, "all"), values.map((v) => h("option", { value: v }, v)));
   select.value = current;
   return h("label", {}, label, select);
 }
