@@ -1,0 +1,130 @@
+"""The KV store's leases, one rule at a time, against the real daemon: which lease a slot comes
+from, when a lease counts as idle, what a lease that is given up or lost still shows (nothing),
+and that closing one never raises (tests/kv/test_store.py shows the same through the store)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from poold import errors
+from poold.client import PooldClient
+from poold.kv.leases import LeaseSet, LeaseSlab
+from poold.types import KiB, MiB
+
+BS = 64 * KiB
+LEASE = 2 * MiB
+IDLE_S = 5.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease_set(client: PooldClient, clock: Clock, ttl_s: int = 30) -> LeaseSet:
+    return LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=4 * LEASE,
+                    ttl_s=ttl_s, idle_release_s=IDLE_S, clock=clock)
+
+
+def grow(leases: LeaseSet) -> LeaseSlab:
+    slab = leases.grow()
+    assert slab is not None
+    return slab
+
+
+def close_all(leases: LeaseSet) -> None:
+    for slab in leases.take_all():
+        slab.close("test over")
+
+
+def test_a_lease_never_used_is_idle_from_its_grant(client: PooldClient) -> None:
+    clock = Clock()
+    leases = lease_set(client, clock)
+    clock.now = 10.0
+    slab = grow(leases)
+    clock.now = 10.0 + IDLE_S - 0.1
+    assert leases.take_idle() == []
+    clock.now = 10.0 + IDLE_S
+    assert leases.take_idle() == [slab] and leases.released == 1
+    slab.close("idle")
+    other = grow(leases)
+    assert leases.take_all() == [other] and leases.released == 2  # counts on, not afresh
+    assert leases.take_all() == [] and leases.released == 2
+    other.close("test over")
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_lease_in_use_is_not_idle_until_its_last_slot_is_freed(client: PooldClient,
+                                                                 many: bool) -> None:
+    clock = Clock()
+    leases = lease_set(client, clock)
+    slab = grow(leases)
+    slots = slab.alloc_many(2) if many else [slab.alloc()]
+    assert None not in slots and len(slots) == (2 if many else 1)
+    clock.now = 100.0
+    assert leases.take_idle() == []  # in use since long ago
+    for slot in slots:
+        assert slot is not None
+        slab.free(slot, clock.now)
+    clock.now = 100.0 + IDLE_S - 0.1
+    assert leases.take_idle() == []  # idle since the last free, not since the grant
+    clock.now = 100.0 + IDLE_S
+    assert leases.take_idle() == [slab]
+    slab.close("idle")
+    close_all(leases)
+
+
+def test_slots_come_from_the_oldest_lease_still_in_use(client: PooldClient) -> None:
+    leases = lease_set(client, Clock())
+    first, second = grow(leases), grow(leases)
+    first.close("given up")
+    assert not first.usable and first.slab.free_count > 0
+    picked = leases.alloc()
+    assert picked is not None and picked[0] is second
+    assert {slab for slab, _slot in leases.alloc_many(3)} == {second}
+    first.close("closed again")
+    assert first.dead_reason == "given up"  # the first reason stands
+    with pytest.raises(errors.LeaseLost, match=f"^lease {first.id} is no longer held$"):
+        first.buffer()
+    assert client.get_lease(first.id).state in ("released", "scrubbing")  # given back
+    close_all(leases)
+
+
+def test_a_lost_lease_shows_nothing_though_still_mapped(client: PooldClient) -> None:
+    leases = lease_set(client, Clock(), ttl_s=3)
+    slab = grow(leases)
+    slab.buffer()[:4] = b"mine"
+    client.raw("POST", f"/v1/leases/{slab.id}/revoke")
+    deadline = time.monotonic() + 30
+    while not slab.lease.lost:  # its keepalive hears of it within ttl/3
+        assert time.monotonic() < deadline, "the keepalive never heard of the revocation"
+        time.sleep(0.05)
+    assert slab.mapping is not None and not slab.usable  # not closed yet, and yet:
+    with pytest.raises(errors.LeaseLost, match=f"^lease {slab.id} is no longer held$"):
+        slab.buffer()
+    with pytest.raises(errors.LeaseLost, match=f"^lease {slab.id} is no longer held$"):
+        slab.tensor(0, BS, None)
+    assert leases.take_lost() == [slab] and leases.lost == 1 and leases.alloc() is None
+    slab.close("lost")  # releasing a revoked lease is moot: no error
+    close_all(leases)
+
+
+def test_closing_a_lease_the_daemon_cannot_hear_about_raises_nothing(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    leases = lease_set(client, Clock())
+    slab = grow(leases)
+
+    def unreachable(lease_id: str) -> None:
+        raise errors.TransportError(f"cannot release {lease_id}: daemon gone")
+
+    monkeypatch.setattr(client, "release", unreachable)
+    slab.close("shutting down")
+    assert not slab.usable and slab.mapping is None and slab.readonly is None
+    monkeypatch.undo()
+    client.release(slab.id)  # what the daemon would have heard
+    close_all(leases)
