@@ -37,14 +37,15 @@ def devices(session: Session, now: datetime) -> list[DeviceView]:
 def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
                  leased: dict[int, tuple[int, int]], scrubbing: dict[int, tuple[int, int]]
                  ) -> DeviceView:
-    claimed_bytes = claimed.get(device.id, (0, 0))[0]
+    claimed_bytes, _claims = claimed.get(device.id, (0, 0))
     leased_bytes, live = leased.get(device.id, (0, 0))
+    scrubbing_bytes, _scrubbing = scrubbing.get(device.id, (0, 0))
     return DeviceView(
         id=device.id, uid=device.uid, devname=device.devname, kind=device.kind,
         chardev=device.chardev, pool=pool, host=device.host_id, size=device.size,
         align=device.align, numa_node=device.numa_node, state=device.state,
         claimed_bytes=claimed_bytes, leased_bytes=leased_bytes,
-        scrubbing_bytes=scrubbing.get(device.id, (0, 0))[0],
+        scrubbing_bytes=scrubbing_bytes,
         free_bytes=device.size - claimed_bytes, live_leases=live,
         tenant_scope=device.tenant_scope,
     )
@@ -150,16 +151,17 @@ def events(session: Session, *, limit: int = 100, after_id: int | None = None,
 def hosts(session: Session, now: datetime) -> list[HostView]:
     claimed = q.counters.live_usage(session, Claim, "host", None)
     leased = q.counters.live_usage(session, Lease, "host", now)
-    return [
-        HostView(
+    views = []
+    for h in q.hosts.list_hosts(session):
+        claimed_bytes, claims = claimed.get(h.id, (0, 0))
+        leased_bytes, live = leased.get(h.id, (0, 0))
+        views.append(HostView(
             id=h.id, name=h.name, state=h.state, registered_at=h.registered_at,
             last_seen_at=h.last_seen_at,
             heartbeat_age_s=max(0.0, (now - h.last_seen_at).total_seconds()),
-            claims=claimed.get(h.id, (0, 0))[1], claimed_bytes=claimed.get(h.id, (0, 0))[0],
-            live_leases=leased.get(h.id, (0, 0))[1], leased_bytes=leased.get(h.id, (0, 0))[0],
-        )
-        for h in q.hosts.list_hosts(session)
-    ]
+            claims=claims, claimed_bytes=claimed_bytes, live_leases=live, leased_bytes=leased_bytes,
+        ))
+    return views
 
 
 def host(session: Session, host_id: str, now: datetime) -> HostView:

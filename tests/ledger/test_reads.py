@@ -1,0 +1,66 @@
+"""The ledger's read views that the API draws from, on both databases: one device's extents
+(the memory map), where a lease's memory is (fd.sock), and the refusals for what is not there."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import pytest
+
+from poold import errors
+from poold.ledger import leases, reads
+from poold.ledger.clock import ManualClock
+from poold.ledger.leases import GrantRequest
+from poold.ledger.ledger import Ledger
+from poold.ledger.views import LeaseView
+from poold.types import DeviceKind, LeaseState, MiB
+from tests.conftest import LedgerFactory, emulated_spec
+
+
+def grant(ledger: Ledger, device: str, size: int, ttl_s: int = 600) -> LeaseView:
+    request = GrantRequest(size=size, actor="test", ttl_s=ttl_s, device=device)
+    return ledger.run(partial(leases.grant, request=request))
+
+
+def test_one_devices_extents_are_its_own_and_its_figures_live(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), emulated_spec(64 * MiB, "emu1")],
+                         claim_slice=16 * MiB)
+    kept = grant(ledger, "emu0", 4 * MiB)
+    due = grant(ledger, "emu0", 2 * MiB, ttl_s=5)
+    elsewhere = grant(ledger, "emu1", 8 * MiB)
+    clock.advance(6)  # `due` has expired; nobody reaped it yet
+    device, claims, held = ledger.read(
+        lambda s, now: reads.device_extents(s, kept.device_id, now))
+    assert device.devname == "emu0"
+    assert [(c.offset, c.length) for c in claims] == [(0, 16 * MiB)]  # emu1's claim is not here
+    assert {x.id: x.state for x in held} == {kept.id: LeaseState.ACTIVE,
+                                             due.id: LeaseState.EXPIRED}
+    assert (device.leased_bytes, device.live_leases) == (4 * MiB, 1)  # by the ledger's now
+    assert elsewhere.device_id != kept.device_id
+    with pytest.raises(errors.UnknownDevice, match=r"^no device 999$"):
+        ledger.read(lambda s, now: reads.device_extents(s, 999, now))
+
+
+def test_a_device_or_host_with_nothing_counts_zero(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    (device,) = ledger.read(reads.devices)
+    assert (device.claimed_bytes, device.leased_bytes, device.scrubbing_bytes,
+            device.live_leases, device.free_bytes) == (0, 0, 0, 0, 64 * MiB)
+    with pytest.raises(errors.UnknownHost, match=r"^no host 'nowhere'$"):
+        ledger.read(lambda s, now: reads.host(s, "nowhere", now))
+
+
+def test_lease_memory_says_the_kind_and_node_of_the_leases_device(
+        make_ledger: LedgerFactory) -> None:
+    on_node = replace(emulated_spec(64 * MiB, "ram1"), kind=DeviceKind.SYSTEM_RAM, numa_node=1)
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), on_node])
+    for devname, kind, node in (("emu0", DeviceKind.EMULATED, None),
+                                ("ram1", DeviceKind.SYSTEM_RAM, 1)):
+        lease = grant(ledger, devname, 2 * MiB)
+        view, found_kind, found_node = ledger.read(
+            lambda s, now, i=lease.id: reads.lease_memory(s, i, now))
+        assert (view.id, view.device, found_kind, found_node) == (lease.id, devname, kind, node)
+    with pytest.raises(errors.UnknownLease):
+        ledger.read(lambda s, now: reads.lease_memory(s, "0" * 32, now))
