@@ -252,20 +252,21 @@ def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFa
     host ends as lost (its event says why and who holds its bytes now), the others live on,
     ended ones stay as they ended, and the count is of leases lost this time."""
     ledger = make_ledger()
-    kept, lost, released = (grant(ledger, 2 * MiB) for _ in range(3))
+    kept, lost, released, other = (grant(ledger, 2 * MiB) for _ in range(4))
     ledger.run(partial(leases.release, lease_id=released.id, actor="t"))
     assert ledger.run(partial(sharing.lose_own_leases, reason="memory gone",
                               only={lost.id, released.id})) == 1
     assert ledger.run(partial(sharing.lose_own_leases, reason="again",
                               only={lost.id, released.id})) == 0
-    states = {x.id: ledger.read(lambda s, now, i=x.id: reads.lease(s, i, now)).state
-              for x in (kept, lost, released)}
-    assert states == {kept.id: LeaseState.ACTIVE, lost.id: LeaseState.LOST,
-                      released.id: LeaseState.RELEASED}
+    views = {x.id: ledger.read(lambda s, now, i=x.id: reads.lease(s, i, now))
+             for x in (kept, lost, released)}
+    assert {i: v.state for i, v in views.items()} == {
+        kept.id: LeaseState.ACTIVE, lost.id: LeaseState.LOST, released.id: LeaseState.RELEASED}
+    assert views[lost.id].ended_at is not None and views[kept.id].ended_at is None
     (event,) = ledger.read(lambda s, _: reads.events(s, lease_id=lost.id, kind="lease.lost"))
     assert (event.actor, event.host) == ("reaper", ledger.host_id)
     assert event.details["reason"] == "memory gone" and event.details["by"] == ledger.host_id
     (pool,) = ledger.read(reads.pools)
-    assert pool.leased_bytes == 2 * MiB  # the lost lease's bytes are free again
-    assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 1  # all the rest
+    assert pool.leased_bytes == 4 * MiB  # the lost lease's bytes are free again
+    assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 2  # all the rest
     assert ledger.read(fsck).clean
