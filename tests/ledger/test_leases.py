@@ -230,7 +230,9 @@ def test_a_refused_grant_says_what_stands_in_its_way(make_ledger: LedgerFactory)
     assert refusal(48 * MiB, device="emu0") == (
         "DeviceDraining: emu0 in pool 'default' is draining: no new leases there (live ones "
         "run on) until an admin undrains it")
-    assert grant(ledger, 16 * MiB).device == "emu1"  # a device that is not draining serves
+    served = grant(ledger, 16 * MiB)
+    assert served.device == "emu1"  # a device that is not draining serves
+    ledger.run(partial(leases.release, lease_id=served.id, actor="test"))
     ledger.run(partial(devices.drain, devname="emu1", actor="admin"))
     assert refusal(16 * MiB).startswith(
         "DeviceDraining: emu0, emu1 in pool 'default' are draining: ")
@@ -239,6 +241,8 @@ def test_a_refused_grant_says_what_stands_in_its_way(make_ledger: LedgerFactory)
     ledger.run(partial(devices.hold, devname="emu0", actor="admin", operation="reconfigure"))
     assert refusal(48 * MiB) == ("DeviceBusy: emu0 is being changed by an admin operation: "
                                  "retry when it is done")
+    ledger.run(partial(devices.hold, devname="emu1", actor="admin", operation="reconfigure"))
+    assert refusal(16 * MiB).startswith("DeviceBusy: emu0, emu1 is being changed")
     assert refusal(128 * MiB) == (
         "LeaseTooLarge: no online device in pool 'default' can hold 134217728 bytes")
     for hints in ({"device": "emu1"}, {"numa_node": 3}):
