@@ -100,10 +100,7 @@ def test_a_lost_lease_shows_nothing_though_still_mapped(client: PooldClient) -> 
     slab = grow(leases)
     slab.buffer()[:4] = b"mine"
     client.raw("POST", f"/v1/leases/{slab.id}/revoke")
-    deadline = time.monotonic() + 30
-    while not slab.lease.lost:  # its keepalive hears of it within ttl/3
-        assert time.monotonic() < deadline, "the keepalive never heard of the revocation"
-        time.sleep(0.05)
+    until_lost(slab)
     assert slab.mapping is not None and not slab.usable  # not closed yet, and yet:
     with pytest.raises(errors.LeaseLost, match=f"^lease {slab.id} is no longer held$"):
         slab.buffer()
@@ -111,7 +108,19 @@ def test_a_lost_lease_shows_nothing_though_still_mapped(client: PooldClient) -> 
         slab.tensor(0, BS, None)
     assert leases.take_lost() == [slab] and leases.lost == 1 and leases.alloc() is None
     slab.close("lost")  # releasing a revoked lease is moot: no error
+    again = grow(leases)
+    client.raw("POST", f"/v1/leases/{again.id}/revoke")
+    until_lost(again)
+    assert leases.take_lost() == [again] and leases.lost == 2  # counted on
+    again.close("lost")
     close_all(leases)
+
+
+def until_lost(slab: LeaseSlab) -> None:
+    deadline = time.monotonic() + 30
+    while not slab.lease.lost:  # its keepalive hears of it within ttl/3
+        assert time.monotonic() < deadline, "the keepalive never heard of the revocation"
+        time.sleep(0.05)
 
 
 def test_closing_a_lease_the_daemon_cannot_hear_about_raises_nothing(
@@ -128,3 +137,86 @@ def test_closing_a_lease_the_daemon_cannot_hear_about_raises_nothing(
     monkeypatch.undo()
     client.release(slab.id)  # what the daemon would have heard
     close_all(leases)
+
+
+def test_a_lease_set_is_refused_that_could_never_hold_a_block(client: PooldClient) -> None:
+    assert LeaseSet(client, block_size=BS, lease_bytes=BS, budget_bytes=BS, ttl_s=30,
+                    idle_release_s=IDLE_S).lease_bytes == BS  # one block is enough
+    with pytest.raises(ValueError, match=r"^lease_bytes must hold at least one block$"):
+        LeaseSet(client, block_size=BS, lease_bytes=BS - 1, budget_bytes=LEASE, ttl_s=30,
+                 idle_release_s=IDLE_S)
+    with pytest.raises(ValueError, match=r"^budget_bytes must allow at least one lease$"):
+        LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=LEASE - 1, ttl_s=30,
+                 idle_release_s=IDLE_S)
+
+
+def test_growth_asks_for_what_the_store_was_told_and_stops_at_the_budget(
+        client: PooldClient) -> None:
+    clock = Clock()
+    leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
+                      ttl_s=7, idle_release_s=IDLE_S, labels={"engine": "test"},
+                      pool="default", clock=clock)
+    slab = grow(leases)
+    info = client.get_lease(slab.id)
+    assert (info.ttl_s, info.pool, info.labels, info.length) == (7, "default",
+                                                                 {"engine": "test"}, LEASE)
+    grow(leases)
+    assert leases.grow() is None and leases.grow() is None
+    assert (leases.budget_refusals, leases.granted, leases.leased_bytes) == (2, 2, 2 * LEASE)
+    close_all(leases)
+
+
+def test_a_refused_grow_backs_off_before_asking_again(client: PooldClient) -> None:
+    clock = Clock()
+    leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
+                      ttl_s=30, idle_release_s=IDLE_S, pool="no-such-pool",
+                      grow_backoff_s=2.0, clock=clock)
+    assert leases.grow() is None and leases.grow_failures == 1  # UnknownPool
+    clock.now = 1.9
+    assert leases.grow() is None and leases.grow_failures == 1  # not asked again yet
+    clock.now = 2.0
+    assert leases.grow() is None and leases.grow_failures == 2
+    assert leases.slabs == []
+
+
+def test_a_lease_rounded_past_the_budget_is_given_back_and_growth_stops(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device's align rounds 3 MiB up to 4 MiB, past a 3 MiB budget: given back (even if
+    the daemon cannot hear of it: nothing raises), and never asked for again."""
+    def three_mib() -> LeaseSet:
+        return LeaseSet(client, block_size=BS, lease_bytes=3 * MiB, budget_bytes=3 * MiB,
+                        ttl_s=30, idle_release_s=IDLE_S, clock=Clock())
+
+    leases = three_mib()
+    assert leases.grow() is None and leases.budget_refusals == 1
+    assert [x.id for x in client.leases() if x.state == "active"] == []  # given back
+    assert leases.grow() is None and leases.budget_refusals == 1  # and not asked again
+    monkeypatch.setattr(client, "release", _unreachable)
+    assert three_mib().grow() is None
+    monkeypatch.undo()
+    for info in client.leases():  # what the daemon would have heard
+        if info.state == "active":
+            client.release(info.id)
+
+
+def test_a_lease_that_cannot_be_mapped_is_given_back_and_growth_backs_off(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from poold.client.lease import Lease
+
+    def unmappable(self: Lease, *, prefault: bool = True) -> None:
+        raise errors.ClientError(f"cannot map {self.id}")
+
+    clock = Clock()
+    leases = lease_set(client, clock)
+    monkeypatch.setattr(Lease, "map", unmappable)
+    monkeypatch.setattr(client, "release", _unreachable)  # and the daemon is gone meanwhile
+    assert leases.grow() is None and leases.grow_failures == 1 and leases.slabs == []
+    monkeypatch.undo()
+    assert leases.grow() is None and leases.grow_failures == 1  # backing off
+    for info in client.leases():  # what the daemon would have heard
+        if info.state == "active":
+            client.release(info.id)
+
+
+def _unreachable(lease_id: str) -> None:
+    raise errors.TransportError(f"cannot release {lease_id}: daemon gone")
