@@ -151,17 +151,20 @@ def _expire_others(tx: Tx, device: DeviceRecord) -> None:
     """Expire any host's leases on the device past expires_at (their owner's reaper would, within
     a tick); in a scrubbing pool they keep their bytes until their owner zeroed them."""
     for lease in q.leases.expired_on_device(tx.conn, device.id, tx.now, REAP_LIMIT):
-        if not q.leases.expire_lease(tx.conn, lease.id, tx.now):
-            continue
-        tx.event(EventKind.LEASE_EXPIRED, "reaper", host_id=lease.host_id, device_id=device.id,
-                 lease_id=lease.id, offset=lease.offset, length=lease.length,
-                 generation=lease.generation, expired_by=tx.host_id)
-        pool = tx.catalog.pool_by_id(lease.pool_id)
-        if pool is not None and scrubs_before_reuse(tx, pool, device.id) and q.scrubs.start_scrub(
-                tx.conn, lease.id, LeaseState.EXPIRED):
-            continue
-        if lease.host_id == tx.host_id:
-            tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
+        if q.leases.expire_lease(tx.conn, lease.id, tx.now):  # else its owner just ended it
+            _expired_here(tx, device, lease)
+
+
+def _expired_here(tx: Tx, device: DeviceRecord, lease: LeaseRecord) -> None:
+    tx.event(EventKind.LEASE_EXPIRED, "reaper", host_id=lease.host_id, device_id=device.id,
+             lease_id=lease.id, offset=lease.offset, length=lease.length,
+             generation=lease.generation, expired_by=tx.host_id)
+    pool = tx.catalog.pool_by_id(lease.pool_id)
+    if pool is not None and scrubs_before_reuse(tx, pool, device.id) and q.scrubs.start_scrub(
+            tx.conn, lease.id, LeaseState.EXPIRED):
+        return
+    if lease.host_id == tx.host_id:
+        tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
 
 
 def _trim_claims(tx: Tx, device: DeviceRecord) -> None:

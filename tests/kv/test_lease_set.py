@@ -53,9 +53,13 @@ def test_a_lease_never_used_is_idle_from_its_grant(client: PooldClient) -> None:
     assert leases.take_idle() == [slab] and leases.released == 1
     slab.close("idle")
     other = grow(leases)
-    assert leases.take_all() == [other] and leases.released == 2  # counts on, not afresh
-    assert leases.take_all() == [] and leases.released == 2
-    other.close("test over")
+    clock.now += IDLE_S
+    assert leases.take_idle() == [other] and leases.released == 2  # counts on, not afresh
+    other.close("idle")
+    last = grow(leases)
+    assert leases.take_all() == [last] and leases.released == 3
+    assert leases.take_all() == [] and leases.released == 3
+    last.close("test over")
 
 
 @pytest.mark.parametrize("many", [False, True])

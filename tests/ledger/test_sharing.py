@@ -19,7 +19,7 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
 from poold.ledger.views import LeaseView
-from poold.types import LeaseState, MiB
+from poold.types import DeviceKind, LeaseState, MiB
 from tests.conftest import LedgerFactory, emulated_spec
 
 SHARED = replace(emulated_spec(64 * MiB, name="shared0"), shared=True)
@@ -242,9 +242,31 @@ def test_another_hosts_expired_leases_keep_their_bytes_until_scrubbed(
     with pytest.raises(errors.NoCapacity):
         grant(a, 2 * MiB)
     assert {lease_view(a, lease.id).state for lease in held} == {LeaseState.SCRUBBING}
+    for lease in held:  # each expiry recorded whole: whose, where, by whom
+        (event,) = a.read(lambda s, _, i=lease.id: reads.events(s, lease_id=i,
+                                                                kind="lease.expired"))
+        assert (event.actor, event.host, event.device_id) == ("reaper", b.host_id,
+                                                              lease.device_id)
+        assert {k: event.details[k] for k in ("offset", "length", "generation",
+                                               "expired_by")} == {
+            "offset": lease.offset, "length": lease.length, "generation": lease.generation,
+            "expired_by": a.host_id}
     b.run(partial(leases.finish_scrub, lease_id=held[0].id))
     assert grant(a, 32 * MiB).length == 32 * MiB
     clean(a)
+
+
+def test_another_hosts_expired_lease_on_a_carved_region_waits_for_its_device_to_go(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """In a pool that does not scrub, an expired lease's bytes are free at once, except on a
+    region carved per lease: its own dax device must be gone before another is made there."""
+    region = replace(SHARED, uid="test:region0", devname="dax0", kind=DeviceKind.DAX_REGION)
+    a, b = hosts_on(make_ledger, 2, spec=region)
+    held = grant(b, 64 * MiB, ttl_s=5)
+    clock.advance(6)
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    assert lease_view(a, held.id).state is LeaseState.SCRUBBING
 
 
 def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFactory) -> None:
@@ -252,7 +274,7 @@ def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFa
     host ends as lost (its event says why and who holds its bytes now), the others live on,
     ended ones stay as they ended, and the count is of leases lost this time."""
     ledger = make_ledger()
-    kept, lost, released, other = (grant(ledger, 2 * MiB) for _ in range(4))
+    kept, lost, released, _also_kept = (grant(ledger, 2 * MiB) for _ in range(4))
     ledger.run(partial(leases.release, lease_id=released.id, actor="t"))
     assert ledger.run(partial(sharing.lose_own_leases, reason="memory gone",
                               only={lost.id, released.id})) == 1
