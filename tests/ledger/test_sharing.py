@@ -19,6 +19,7 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
 from poold.ledger.views import LeaseView
+from poold.models import Claim
 from poold.types import DeviceKind, LeaseState, MiB
 from tests.conftest import LedgerFactory, emulated_spec
 
@@ -83,6 +84,18 @@ def test_idle_claims_of_other_hosts_are_taken_before_a_refusal(
     # a asks for 28 MiB: there is room only once b's claim is trimmed to what it holds.
     big = grant(a, 28 * MiB)
     assert (big.offset, big.length) == (34 * MiB, 28 * MiB)
+    # The trim is on record: b's claim ended, and one claim made for what b kept, both b's.
+    released = a.read(lambda s, _: reads.events(s, kind="claim.released"))
+    (trimmed,) = [e for e in released if e.details.get("reason") == f"trimmed for {a.host_id}"]
+    assert (trimmed.actor, trimmed.host, trimmed.device_id) == ("allocator", b.host_id,
+                                                                big.device_id)
+    old_claim = trimmed.details["claim_id"]
+    assert (trimmed.details["offset"], trimmed.details["length"]) == (32 * MiB, 16 * MiB)
+    (kept,) = [e for e in a.read(lambda s, _: reads.events(s, kind="claim.created"))
+               if e.details.get("reason") == f"trimmed from claim {old_claim}"]
+    assert (kept.host, kept.details["offset"], kept.details["length"]) == (
+        b.host_id, 32 * MiB, 2 * MiB)
+    assert a.read(lambda s, _: s.get(Claim, old_claim).ended_at) is not None
     clean(a)
     # b's in-memory space learns its claim changed, and b keeps granting without overlap.
     more = grant(b, 2 * MiB)
