@@ -305,3 +305,19 @@ def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFa
     assert pool.leased_bytes == 4 * MiB  # the lost lease's bytes are free again
     assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 2  # all the rest
     assert ledger.read(fsck).clean
+
+
+def test_a_host_trimming_its_own_claim_forgets_the_bytes_it_gave_up(
+        make_ledger: LedgerFactory) -> None:
+    """To fit a large lease a host trims its own half-empty claim: what it gave up becomes part
+    of the new claim, and the old claim's holes must never be placed into again."""
+    (a,) = hosts_on(make_ledger, 1)
+    small = grant(a, 2 * MiB)  # a's first claim: [0, 16) MiB, of which it uses [0, 2)
+    big = grant(a, 60 * MiB)  # only fits once [2, 16) is no longer a's idle claim
+    assert (small.offset, big.offset) == (0, 2 * MiB)
+    last = grant(a, 2 * MiB)
+    assert last.offset == 62 * MiB  # not into [2, 16) of the claim that is gone
+    with pytest.raises(errors.NoCapacity):
+        grant(a, 2 * MiB)
+    assert a.read(fsck).clean
+    clean(a)
