@@ -93,8 +93,9 @@ def test_idle_claims_of_other_hosts_are_taken_before_a_refusal(
     assert (trimmed.details["offset"], trimmed.details["length"]) == (32 * MiB, 16 * MiB)
     (kept,) = [e for e in a.read(lambda s, _: reads.events(s, kind="claim.created"))
                if e.details.get("reason") == f"trimmed from claim {old_claim}"]
-    assert (kept.host, kept.details["offset"], kept.details["length"]) == (
-        b.host_id, 32 * MiB, 2 * MiB)
+    assert (kept.actor, kept.host, kept.device_id, kept.details["offset"],
+            kept.details["length"]) == ("allocator", b.host_id, big.device_id, 32 * MiB, 2 * MiB)
+    assert a.read(lambda s, _: s.get(Claim, kept.details["claim_id"]).state) == "active"
     assert a.read(lambda s, _: s.get(Claim, old_claim).ended_at) is not None
     clean(a)
     # b's in-memory space learns its claim changed, and b keeps granting without overlap.
