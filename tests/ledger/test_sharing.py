@@ -322,3 +322,24 @@ def test_a_host_trimming_its_own_claim_forgets_the_bytes_it_gave_up(
         grant(a, 2 * MiB)
     assert a.read(fsck).clean
     clean(a)
+
+
+def test_a_claim_is_trimmed_to_the_runs_of_leases_it_holds(make_ledger: LedgerFactory) -> None:
+    """Touching leases make one run, a gap between them two: each run becomes a claim of its
+    own, and the gaps and the tail are free for the host that needed room."""
+    a, b, c = hosts_on(make_ledger, 3)
+    full = [grant(c, 16 * MiB) for _ in range(2)]  # c: [0, 32) MiB
+    small = [grant(b, 2 * MiB) for _ in range(8)]  # b: [32, 48) in 2 MiB leases
+    for i in (1, 4, 5, 6, 7):
+        release(b, small[i].id)  # b keeps [32, 34) and [36, 40)
+    big = grant(a, 24 * MiB)
+    assert (big.offset, big.length) == (40 * MiB, 24 * MiB)
+    runs = sorted((e.details["offset"], e.details["length"]) for e in a.read(
+        lambda s, _: reads.events(s, kind="claim.created"))
+        if str(e.details.get("reason", "")).startswith("trimmed from claim"))
+    assert runs == [(32 * MiB, 2 * MiB), (36 * MiB, 4 * MiB)]
+    assert grant(a, 2 * MiB).offset == 34 * MiB  # the gap between the runs
+    assert a.read(fsck).clean
+    clean(a)
+    for lease in [*full, small[0], small[2], small[3]]:
+        release(b if lease in small else c, lease.id)
