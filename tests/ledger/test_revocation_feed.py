@@ -7,8 +7,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, make_url, text
 
 from poold.ledger.tenants import LISTENER_PREFIX, RETRY_S, REVOKED_CHANNEL, RevocationFeed
 from tests.timing import patience, until
@@ -57,3 +58,34 @@ def test_a_cut_feed_stops_trusting_and_listens_again(pg_url: str, engine: Engine
     finally:
         feed.stop()
     until("its connection is closed", lambda: listener(engine, host) is None, patience())
+
+
+def test_a_revocation_is_confirmed_once_every_listener_heard_it(pg_url: str, engine: Engine
+                                                                ) -> None:
+    """The revoking daemon's wait: every listening feed acknowledges what it heard, so confirm
+    answers at once with nobody left; a listener that never acknowledges is named after the
+    timeout, and only it."""
+    hosts = [f"feed-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    feeds = [RevocationFeed(pg_url, host) for host in hosts]
+    for feed in feeds:
+        feed.start()
+    deaf = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(
+        hide_password=False).split("?")[0], autocommit=True,
+        application_name=f"{LISTENER_PREFIX}deaf-{uuid.uuid4().hex[:8]}")
+    try:
+        until("the feeds listen", lambda: all(listener(engine, h) for h in hosts), patience())
+        pids = {listener(engine, h) for h in hosts}
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'tok-heard')"), {"c": REVOKED_CHANNEL})
+        # Other test runs' daemons may listen on this database too: only ours are judged.
+        unheard = feeds[0].confirm("tok-heard", timeout=10)
+        assert unheard.isdisjoint(pids)  # both feeds heard it, the confirming one too
+        deaf.execute(f"LISTEN {REVOKED_CHANNEL}")  # a listener that never says it heard
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'tok-unheard')"), {"c": REVOKED_CHANNEL})
+        unheard = feeds[0].confirm("tok-unheard", timeout=0.5)
+        assert deaf.info.backend_pid in unheard and unheard.isdisjoint(pids)
+    finally:
+        deaf.close()
+        for feed in feeds:
+            feed.stop()
