@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, make_url, text
 
+from poold.ledger import tenants
 from poold.ledger.tenants import LISTENER_PREFIX, RETRY_S, REVOKED_CHANNEL, RevocationFeed
 from tests.timing import patience, until
 
@@ -89,3 +90,25 @@ def test_a_revocation_is_confirmed_once_every_listener_heard_it(pg_url: str, eng
         deaf.close()
         for feed in feeds:
             feed.stop()
+
+
+def test_acknowledgements_nobody_waits_for_are_kept_only_so_many(
+        pg_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every feed hears every daemon's acknowledgements; those of revocations nobody here
+    waits for are dropped oldest first past a bound (1024; 4 here), and the feed goes on."""
+    monkeypatch.setattr(tenants, "_HEARD_KEPT", 4)
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(pg_url, host)
+    feed.start()
+    try:
+        until("the feed listens", lambda: listener(engine, host) is not None, patience())
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'old-' || g) FROM generate_series(1, 10) g"),
+                         {"c": tenants.HEARD_CHANNEL})
+        until("the feed took them in", lambda: "old-10" in feed._heard_by, patience())
+        assert len(feed._heard_by) == 4 and feed.listening
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'fresh')"), {"c": REVOKED_CHANNEL})
+        assert listener(engine, host) not in feed.confirm("fresh", timeout=10)
+    finally:
+        feed.stop()

@@ -163,6 +163,9 @@ def test_a_lost_host_is_reclaimed_after_ttl_plus_grace_not_before(
     tick(a)
     hosts = {h.id: h for h in a.read(reads.hosts)}
     assert hosts["host-b"].state == "lost" and hosts["host-b"].claims == 0
+    (declared,) = a.read(lambda s, _: reads.events(s, kind="host.lost"))
+    assert (declared.actor, declared.host, declared.details["adopted_by"]) == (
+        "reaper", "host-b", "host-a")
     # b's leases are lost and adopted by a, which scrubs them before anyone reuses the bytes.
     for lease in held:
         view = lease_view(a, lease.id)
