@@ -164,8 +164,15 @@ def test_a_lost_host_is_reclaimed_after_ttl_plus_grace_not_before(
     hosts = {h.id: h for h in a.read(reads.hosts)}
     assert hosts["host-b"].state == "lost" and hosts["host-b"].claims == 0
     (declared,) = a.read(lambda s, _: reads.events(s, kind="host.lost"))
-    assert (declared.actor, declared.host, declared.details["adopted_by"]) == (
-        "reaper", "host-b", "host-a")
+    assert (declared.actor, declared.host, declared.details["adopted_by"],
+            declared.details["after_s"]) == ("reaper", "host-b", "host-a", TTL + GRACE)
+    adopted = a.read(lambda s, _: reads.events(s, kind="claim.adopted"))
+    assert {(e.actor, e.host, e.device_id, e.details["from_host"]) for e in adopted} == {
+        ("reaper", "host-a", held[0].device_id, "host-b")}
+    assert sorted((e.details["offset"], e.details["length"]) for e in adopted) == [
+        (i * 16 * MiB, 16 * MiB) for i in range(4)]
+    assert {e.details["claim_id"] for e in adopted} == a.read(lambda s, _: {
+        c.id for c in s.query(Claim).filter_by(host_id="host-a", state="active")})
     # b's leases are lost and adopted by a, which scrubs them before anyone reuses the bytes.
     for lease in held:
         view = lease_view(a, lease.id)
