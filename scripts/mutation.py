@@ -118,6 +118,15 @@ def reason_if_equivalent(mutant: Mutant, its_change: str,
     return None
 
 
+def commit() -> str:
+    """The commit the mutants were made from (and whether the tree had changes besides)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=False).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return f"{head}{' with uncommitted changes' if dirty else ''}"
+
+
 def mutmut_version() -> str:
     from importlib.metadata import version
     return version("mutmut")
@@ -156,8 +165,8 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
     lines = [
         "# Mutation testing: the core guarantees", "",
         f"Command: `scripts/mutation`. Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC{took}, "
-        f"mutmut {mutmut_version()}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs.", "",
+        f"on commit {commit()}, mutmut {mutmut_version()}, Python "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs.", "",
         "Each mutant is one small change (an operator, a constant, a comparison, a dropped "
         "argument or call) to one function of the modules below, run against the tests that "
         "reach that function (`[tool.mutmut]` in pyproject.toml says which tests are run). "
@@ -169,7 +178,8 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         "(`do_not_mutate_patterns`): what they say is for operators, no guarantee.", "",
         f"**Score: {overall:.1f}%** ({total['killed'] + total['timeout']} killed of "
         f"{sum(total.values()) - total['equivalent']}; goal {min_score:.0f}%)."
-        + (f" {other} mutants were not checked or suspicious." if other else ""), "",
+        + (f" **{other} mutants were not checked** (the run stopped before them) or were "
+           "suspicious: the score is of those checked." if other else ""), "",
         "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
         "|---|---|---|---|---|---|---|---|",
         *rows, "",
