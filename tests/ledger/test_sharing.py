@@ -312,6 +312,9 @@ def test_losing_own_leases_ends_only_the_named_active_ones(make_ledger: LedgerFa
     (event,) = ledger.read(lambda s, _: reads.events(s, lease_id=lost.id, kind="lease.lost"))
     assert (event.actor, event.host) == ("reaper", ledger.host_id)
     assert event.details["reason"] == "memory gone" and event.details["by"] == ledger.host_id
+    assert (event.device_id, event.details["offset"], event.details["length"],
+            event.details["generation"]) == (lost.device_id, lost.offset, lost.length,
+                                             lost.generation)
     (pool,) = ledger.read(reads.pools)
     assert pool.leased_bytes == 4 * MiB  # the lost lease's bytes are free again
     assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 2  # all the rest
