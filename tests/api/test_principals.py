@@ -133,20 +133,23 @@ def test_cached_answers_last_only_cache_s(ledger: Ledger, monkeypatch: pytest.Mo
 
 def test_a_lookup_that_raced_a_revocation_is_not_cached(ledger: Ledger) -> None:
     """The ledger read a token just before a revocation through this daemon was forgotten:
-    what that read found must not be cached, or the revoked token would live for cache_s."""
+    what that read found must not be cached, or the revoked token would live for cache_s.
+    Twice: every revocation counts, not only the first."""
     authenticator = TokenAuthenticator(ledger, cache_s=3600.0)
-    token_id, bearer = token(ledger)
     real_read = ledger.read
+    for round_ in range(2):
+        token_id, bearer = token(ledger, name=f"raced-{round_}")
 
-    def read_then_revoke(query: Any) -> Any:
-        found = real_read(query)
-        ledger.run(partial(tenants.revoke_token, token_id=token_id, actor="test"))
-        authenticator.forget(token_id)  # the revocation lands while this lookup is in flight
-        return found
+        def read_then_revoke(query: Any, token_id: str = token_id) -> Any:
+            found = real_read(query)
+            ledger.run(partial(tenants.revoke_token, token_id=token_id, actor="test"))
+            authenticator.forget(token_id)  # the revocation lands while this lookup is out
+            return found
 
-    ledger.read = read_then_revoke  # type: ignore[method-assign]
-    try:
-        assert authenticator.authenticate(request(f"Bearer {bearer}")).tenant == "team-a"
-    finally:
-        ledger.read = real_read  # type: ignore[method-assign]
-    assert refused(authenticator, request(f"Bearer {bearer}")) == f"token {token_id} was revoked"
+        ledger.read = read_then_revoke  # type: ignore[method-assign]
+        try:
+            assert authenticator.authenticate(request(f"Bearer {bearer}")).tenant == "team-a"
+        finally:
+            ledger.read = real_read  # type: ignore[method-assign]
+        assert refused(authenticator, request(f"Bearer {bearer}")) == (
+            f"token {token_id} was revoked")
