@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -23,7 +24,7 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
 from poold.models import Claim, Event, Host, Lease
-from poold.types import EventKind, MiB
+from poold.types import DeviceKind, EventKind, MiB
 from tests.conftest import LedgerFactory, emulated_spec
 
 
@@ -94,6 +95,14 @@ def move_out_of_claim(conn: Connection, lease: LeaseView) -> None:
     set_lease(conn, lease, offset=16 * MiB)  # aligned and on the device, past the 16 MiB slice
 
 
+def empty(conn: Connection, lease: LeaseView) -> None:
+    set_lease(conn, lease, length=0)
+
+
+def end_its_claim(conn: Connection, lease: LeaseView) -> None:
+    conn.execute(update(Claim).values(state="released"))
+
+
 def give_claim_to_another_host(conn: Connection, lease: LeaseView) -> None:
     conn.execute(insert(Host).values(id="host-b", name="b", state="up",
                                      registered_at=lease.granted_at,
@@ -112,7 +121,9 @@ def delete_event(kind: EventKind) -> Callable[[Connection, LeaseView], None]:
     (move_past_device_end, "lies outside emu0 of size 67108864"),
     (straddle_device_end, "lies outside emu0 of size 67108864"),
     (move_before_device_start, "lies outside emu0 of size 67108864"),
+    (empty, "[0, +0) is not aligned to 2097152"),
     (move_out_of_claim, "sticks out of claim"),
+    (end_its_claim, ", which is not live"),
     (give_claim_to_another_host, "of host host-b"),
     (delete_event(EventKind.LEASE_GRANTED), "has no lease.granted event"),
 ], ids=lambda x: getattr(x, "__name__", None))
@@ -233,3 +244,21 @@ def test_cli_exits_0_when_clean_and_1_on_a_violation(
     code, out = run_cli(sliced.url, capsys)
     assert (code, out["clean"]) == (1, False)
     assert out["violations"] == check(sliced).violations != []
+
+
+def test_a_device_handed_out_whole_holding_two_tenants_is_reported(
+        make_ledger: LedgerFactory) -> None:
+    """Untenanted leases on a device handed out whole are one scope (clean); another tenant's
+    lease on it is a violation, whatever devices come before it."""
+    whole = replace(emulated_spec(64 * MiB, "dax0.0"), kind=DeviceKind.DEVDAX)
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), whole])
+    first = ledger.run(partial(leases.grant, request=GrantRequest(
+        2 * MiB, "test", ttl_s=600, device="dax0.0")))
+    second = ledger.run(partial(leases.grant, request=GrantRequest(
+        2 * MiB, "test", ttl_s=600, device="dax0.0")))
+    assert check(ledger).clean and first.device == "dax0.0"
+    with raw(ledger) as conn:
+        set_lease(conn, second, tenant="team-b")
+    (violation,) = check(ledger).violations
+    assert violation.startswith("dax0.0 serves '' but holds live leases of ['', 'team-b']")
+
