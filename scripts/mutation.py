@@ -151,17 +151,22 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
     for counts in by_module.values():
         total.update(counts)
 
-    def score(c: Counter[str]) -> float:
-        """Of the mutants checked: a run stopped early scores what it got to, and says so."""
+    def score(c: Counter[str]) -> float | None:
+        """Of the mutants checked (None: none was): a run stopped early scores what it got to,
+        and says so."""
         counted = sum(c.values()) - c["equivalent"] - c["not checked"]
-        return 100.0 * (c["killed"] + c["timeout"]) / counted if counted else 100.0
+        return 100.0 * (c["killed"] + c["timeout"]) / counted if counted else None
+
+    def shown(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}%"
 
     rows = [f"| {module} | {sum(c.values())} | {c['killed']} | {c['timeout']} | "
-            f"{c['survived']} | {c['no tests']} | {c['equivalent']} | {score(c):.1f}% |"
+            f"{c['survived']} | {c['no tests']} | {c['equivalent']} | {c['not checked']} | "
+            f"{shown(score(c))} |"
             for module, c in sorted(by_module.items())]
     other = sum(v for k, v in total.items()
                 if k not in ("killed", "timeout", "survived", "no tests", "equivalent"))
-    overall = score(total)
+    overall = score(total) or 0.0
     took = f", took {took_s / 60:.0f} min" if took_s is not None else ""
     lines = [
         "# Mutation testing: the core guarantees", "",
@@ -175,15 +180,16 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         "(counted as killed). Survived: every test passed. No tests: "
         "no selected test reaches the function. Equivalent: a survivor that no test can tell "
         "from the original, each listed in `scripts/mutation-equivalent.toml` with its reason. "
-        "Score: (killed + timeout) / (all - equivalent). Log lines are not mutated "
+        "Score: (killed + timeout) / (all - equivalent - not checked). Log lines are not mutated "
         "(`do_not_mutate_patterns`): what they say is for operators, no guarantee.", "",
         f"**Score: {overall:.1f}%** ({total['killed'] + total['timeout']} killed of "
         f"{sum(total.values()) - total['equivalent'] - total['not checked']}; goal "
         f"{min_score:.0f}%)."
         + (f" **{other} mutants were not checked** (the run stopped before them) or were "
            "suspicious: the score is of those checked." if other else ""), "",
-        "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
-        "|---|---|---|---|---|---|---|---|",
+        "| module | mutants | killed | timeout | survived | no tests | equivalent | not checked "
+        "| score |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows, "",
         f"## Survivors ({len(survivors)})", "",
     ]
