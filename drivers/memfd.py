@@ -42,17 +42,27 @@ def punch(fd: int, length: int) -> None:
         raise OSError(code, f"fallocate(PUNCH_HOLE): {os.strerror(code)}")
 
 
-def huge_page_room(length: int, meminfo: Path = MEMINFO) -> bool:
-    """Whether the default huge page pool has `length` bytes free and unreserved, in whole
-    pages."""
+def huge_page_pool(meminfo: Path = MEMINFO) -> tuple[int, int]:
+    """(free and unreserved pages, page size in bytes) of the default huge page pool, from one
+    reading of /proc/meminfo; (0, 0) when it cannot be read."""
     try:
         fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines()
                       if ":" in line)
         free = int(fields["HugePages_Free"].split()[0]) - int(fields["HugePages_Rsvd"].split()[0])
         page = int(fields["Hugepagesize"].split()[0]) * 1024
     except (OSError, KeyError, ValueError, IndexError):
-        return False
-    return page > 0 and length % page == 0 and free * page >= length and free > 0
+        return 0, 0
+    return free, page
+
+
+def _fits(length: int, free: int, page: int) -> bool:
+    return page > 0 and length % page == 0 and free * page >= length
+
+
+def huge_page_room(length: int, meminfo: Path = MEMINFO) -> bool:
+    """Whether the default huge page pool has `length` bytes free and unreserved, in whole
+    pages."""
+    return _fits(length, *huge_page_pool(meminfo))
 
 
 class HugePageRoom:
@@ -72,11 +82,11 @@ class HugePageRoom:
         now = self._clock()
         if now < self._none_until:
             return False
-        if huge_page_room(length, self._meminfo):
-            return True
-        if not huge_page_room(0, self._meminfo):  # not a page to spare, of any size
+        free, page = huge_page_pool(self._meminfo)
+        if free <= 0:  # not a page to spare, of any size
             self._none_until = now + self._recheck_s
-        return False
+            return False
+        return _fits(length, free, page)
 
 
 def emulated_memfd(name: str, length: int, huge: bool) -> tuple[int, bool]:
