@@ -4,29 +4,21 @@ and that closing one never raises (tests/kv/test_store.py shows the same through
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from poold import errors
 from poold.client import PooldClient
 from poold.kv.leases import LeaseSet, LeaseSlab
 from poold.types import KiB, MiB
+from tests.kv.clock import FakeClock
+from tests.timing import patience, until
 
 BS = 64 * KiB
 LEASE = 2 * MiB
 IDLE_S = 5.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def lease_set(client: PooldClient, clock: Clock, ttl_s: int = 30) -> LeaseSet:
+def lease_set(client: PooldClient, clock: FakeClock, ttl_s: int = 30) -> LeaseSet:
     return LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=4 * LEASE,
                     ttl_s=ttl_s, idle_release_s=IDLE_S, clock=clock)
 
@@ -43,7 +35,7 @@ def close_all(leases: LeaseSet) -> None:
 
 
 def test_a_lease_never_used_is_idle_from_its_grant(client: PooldClient) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     leases = lease_set(client, clock)
     clock.now = 10.0
     slab = grow(leases)
@@ -65,7 +57,7 @@ def test_a_lease_never_used_is_idle_from_its_grant(client: PooldClient) -> None:
 @pytest.mark.parametrize("many", [False, True])
 def test_a_lease_in_use_is_not_idle_until_its_last_slot_is_freed(client: PooldClient,
                                                                  many: bool) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     leases = lease_set(client, clock)
     slab = grow(leases)
     slots = slab.alloc_many(2) if many else [slab.alloc()]
@@ -84,7 +76,7 @@ def test_a_lease_in_use_is_not_idle_until_its_last_slot_is_freed(client: PooldCl
 
 
 def test_slots_come_from_the_oldest_lease_still_in_use(client: PooldClient) -> None:
-    leases = lease_set(client, Clock())
+    leases = lease_set(client, FakeClock(0.0))
     first, second = grow(leases), grow(leases)
     first.close("given up")
     assert not first.usable and first.slab.free_count > 0
@@ -100,7 +92,7 @@ def test_slots_come_from_the_oldest_lease_still_in_use(client: PooldClient) -> N
 
 
 def test_a_lost_lease_shows_nothing_though_still_mapped(client: PooldClient) -> None:
-    leases = lease_set(client, Clock(), ttl_s=3)
+    leases = lease_set(client, FakeClock(0.0), ttl_s=3)
     slab = grow(leases)
     slab.buffer()[:4] = b"mine"
     client.raw("POST", f"/v1/leases/{slab.id}/revoke")
@@ -121,15 +113,14 @@ def test_a_lost_lease_shows_nothing_though_still_mapped(client: PooldClient) -> 
 
 
 def until_lost(slab: LeaseSlab) -> None:
-    deadline = time.monotonic() + 30
-    while not slab.lease.lost:  # its keepalive hears of it within ttl/3
-        assert time.monotonic() < deadline, "the keepalive never heard of the revocation"
-        time.sleep(0.05)
+    """Its keepalive hears of the revocation within a third of its TTL."""
+    until("the keepalive hears of the revocation", lambda: slab.lease.lost,
+          patience(slab.lease.info.ttl_s))
 
 
 def test_closing_a_lease_the_daemon_cannot_hear_about_raises_nothing(
         client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    leases = lease_set(client, Clock())
+    leases = lease_set(client, FakeClock(0.0))
     slab = grow(leases)
 
     def unreachable(lease_id: str) -> None:
@@ -156,7 +147,7 @@ def test_a_lease_set_is_refused_that_could_never_hold_a_block(client: PooldClien
 
 def test_growth_asks_for_what_the_store_was_told_and_stops_at_the_budget(
         client: PooldClient) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
                       ttl_s=7, idle_release_s=IDLE_S, labels={"engine": "test"},
                       pool="default", clock=clock)
@@ -171,7 +162,7 @@ def test_growth_asks_for_what_the_store_was_told_and_stops_at_the_budget(
 
 
 def test_a_refused_grow_backs_off_before_asking_again(client: PooldClient) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
                       ttl_s=30, idle_release_s=IDLE_S, pool="no-such-pool",
                       grow_backoff_s=2.0, clock=clock)
@@ -189,7 +180,7 @@ def test_a_lease_rounded_past_the_budget_is_given_back_and_growth_stops(
     the daemon cannot hear of it: nothing raises), and never asked for again."""
     def three_mib() -> LeaseSet:
         return LeaseSet(client, block_size=BS, lease_bytes=3 * MiB, budget_bytes=3 * MiB,
-                        ttl_s=30, idle_release_s=IDLE_S, clock=Clock())
+                        ttl_s=30, idle_release_s=IDLE_S, clock=FakeClock(0.0))
 
     leases = three_mib()
     assert leases.grow() is None and leases.budget_refusals == 1
@@ -210,7 +201,7 @@ def test_a_lease_that_cannot_be_mapped_is_given_back_and_growth_backs_off(
     def unmappable(self: Lease, *, prefault: bool = True) -> None:
         raise errors.ClientError(f"cannot map {self.id}")
 
-    clock = Clock()
+    clock = FakeClock(0.0)
     leases = lease_set(client, clock)
     monkeypatch.setattr(Lease, "map", unmappable)
     monkeypatch.setattr(client, "release", _unreachable)  # and the daemon is gone meanwhile
