@@ -9,18 +9,13 @@ from functools import partial
 
 from poold.ledger import leases, reads
 from poold.ledger.fsck import fsck
-from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
 from poold.types import LeaseState, MiB
 from tests.conftest import LedgerFactory, bootstrap, emulated_spec
+from tests.ledger.test_reads import grant
 
 EMU0, EMU1 = emulated_spec(64 * MiB, "emu0"), emulated_spec(64 * MiB, "emu1")
-
-
-def grant(ledger: Ledger, device: str, size: int = 4 * MiB) -> LeaseView:
-    request = GrantRequest(size=size, actor="test", ttl_s=600, device=device)
-    return ledger.run(partial(leases.grant, request=request))
 
 
 def view(ledger: Ledger, lease_id: str) -> LeaseView:
@@ -29,10 +24,10 @@ def view(ledger: Ledger, lease_id: str) -> LeaseView:
 
 def test_a_device_changed_under_its_leases_loses_them(make_ledger: LedgerFactory) -> None:
     ledger = make_ledger([EMU0, EMU1])
-    doomed = [grant(ledger, "emu0") for _ in range(2)]
-    ended = grant(ledger, "emu0")
+    doomed = [grant(ledger, "emu0", 4 * MiB) for _ in range(2)]
+    ended = grant(ledger, "emu0", 4 * MiB)
     ledger.run(partial(leases.release, lease_id=ended.id, actor="test"))
-    elsewhere = grant(ledger, "emu1")
+    elsewhere = grant(ledger, "emu1", 4 * MiB)
     moved = replace(EMU0, chardev="/nonexistent/emu0-elsewhere")
     ledger.run(partial(bootstrap, specs=[moved, EMU1]))
     for lease in doomed:
