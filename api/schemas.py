@@ -103,6 +103,50 @@ class Device(BaseModel):
         "the tenant whose leases it serves ('' for leases of no tenant); null when free.")
 
 
+PoolName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.-]*$")]
+TtlSeconds = Annotated[StrictInt, Field(gt=0, le=10 * 365 * 86_400)]
+Description = Annotated[str, Field(max_length=1024, pattern=TEXT_PATTERN)]
+AllowedTenants = Annotated[list[TenantName] | None, Field(
+    max_length=1024, description="Tenants that may lease from the pool; null: every tenant.")]
+
+
+class PoolEdit(BaseModel):
+    """A change to a pool's policy: only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: Description | None = None
+    scrub_on_release: bool | None = Field(default=None, description="Zero a lease's bytes "
+                                          "before anyone else is granted them.")
+    trusted: bool | None = Field(default=None, description="Its tenants share devices handed "
+                                 "out whole; else such a device serves one tenant at a time.")
+    default_ttl_s: TtlSeconds | None = None
+    max_ttl_s: TtlSeconds | None = None
+    max_lease_size: Annotated[StrictInt | None, Field(gt=0, le=MAX_BYTES)] = None
+    claim_slice: Annotated[StrictInt | None, Field(ge=0, le=MAX_BYTES)] = None
+    allowed_tenants: AllowedTenants = None
+
+
+class PoolCreate(PoolEdit):
+    """A new pool; a field left out takes this daemon's config default."""
+
+    name: PoolName
+
+
+class PoolQuota(BaseModel):
+    tenant: str
+    max_bytes: int | None
+    max_leases: int | None
+    leased_bytes: int
+    live_leases: int
+
+
+class ConfigDisagreement(BaseModel):
+    setting: str
+    file: Any
+    ledger: Any
+
+
 class Pool(BaseModel):
     id: int
     name: str
@@ -121,6 +165,16 @@ class Pool(BaseModel):
     scrub_on_release: bool
     trusted: bool = Field(default=False, description="Its tenants share devices handed out "
                           "whole (trusted_pools).")
+    description: str = ""
+    allowed_tenants: list[str] | None = Field(
+        default=None, description="Tenants that may lease from it; null: every tenant. A "
+        "tenant sees only its own name here.")
+    retired_at: datetime | None = None
+    quotas: list[PoolQuota] = Field(default_factory=list, description="Tenants' quotas in "
+                                    "this pool (a tenant sees its own).")
+    config_disagrees: list[ConfigDisagreement] = Field(
+        default_factory=list, description="What this daemon's config file says of the pool "
+        "otherwise than the ledger, whose policy wins.")
 
 
 class Event(BaseModel):

@@ -163,7 +163,10 @@ class Settings(BaseSettings):
         default=True, description="Follow hotplug through udev (netlink); without it, only the "
         "periodic rescan sees changes."
     )
-    default_pool: str = Field(default="default", description="Pool that new devices join.")
+    default_pool: str = Field(default="default", description="Pool that new devices join. A "
+                              "pool this host names (here or in device_pools) that the ledger "
+                              "does not have yet is created with the policy settings below; "
+                              "after that the ledger's policy wins.")
     device_pools: dict[str, str] = Field(
         default_factory=dict,
         description="Placement rules, first match wins: a glob on the device's name or identity "
@@ -172,15 +175,20 @@ class Settings(BaseSettings):
     )
     default_ttl_s: int = Field(
         default=60, gt=0, description="Seconds a lease lives without keepalive when none is asked."
+        " Bootstrap value: seeds a new pool; after that the ledger's policy wins (`poold pool "
+        "set`)."
     )
     max_ttl_s: int = Field(
-        default=86_400, gt=0, description="Longest TTL a client may ask for, in seconds (a day)."
+        default=86_400, gt=0, description="Longest TTL a client may ask for, in seconds (a "
+        "day). Bootstrap value: seeds a new pool; after that the ledger's policy wins (`poold "
+        "pool set`)."
     )
     claim_slice: Bytes = Field(
         default=GiB,
         ge=0,
         description="Bytes a host claims from a device at a time; 0 claims whole devices. Coarse "
-        "so claims stay rare, fine enough that hosts sharing a device do not strand it.",
+        "so claims stay rare, fine enough that hosts sharing a device do not strand it. Bootstrap "
+        "value: seeds a new pool; after that the ledger's policy wins (`poold pool set`).",
     )
     reap_interval_s: float = Field(
         default=1.0,
@@ -192,7 +200,8 @@ class Settings(BaseSettings):
         description="Pools whose released extents are granted again without being zeroed first. "
         "Every other pool scrubs on release: a lease's bytes are zeroed (the lease shows "
         "`scrubbing` meanwhile) before anyone else can be granted them. Only for a pool that one "
-        "tenant uses alone, to save the zeroing.",
+        "tenant uses alone, to save the zeroing. Bootstrap value: seeds a new pool; after that the "
+        "ledger's policy wins (`poold pool set --no-scrub`).",
     )
     trusted_pools: list[str] = Field(
         default_factory=list,
@@ -200,7 +209,8 @@ class Settings(BaseSettings):
         "there that is not carved per lease (a static namespace, a region carved by hand) "
         "serves every tenant's leases at once, each holder handed the whole device. In every "
         "other pool such a device serves one tenant at a time (its first lease's, until an "
-        "admin frees it: `poold device unbind-tenant`).",
+        "admin frees it: `poold device unbind-tenant`). Bootstrap value: seeds a new pool; after "
+        "that the ledger's policy wins (`poold pool set --trusted`).",
     )
     manual_regions: list[str] = Field(
         default_factory=list,

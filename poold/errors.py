@@ -76,6 +76,10 @@ class Forbidden(PooldError):
     """The credential is valid but its role may not do this."""
 
 
+class TenantNotAllowed(Forbidden):
+    """The pool admits only the tenants its policy lists, and not this one."""
+
+
 class PayloadTooLarge(PooldError):
     """The request body is over the daemon's limit (api.limits answers it before reading)."""
 

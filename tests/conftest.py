@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from poold import db
 from poold.inventory import DeviceSpec
-from poold.ledger import registry
+from poold.ledger import pools, registry
 from poold.ledger.clock import ManualClock
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
@@ -111,7 +111,7 @@ def bootstrap(tx: Tx, specs: list[DeviceSpec], claim_slice: int = 0, max_ttl_s: 
     """Scrubbing off unless asked: the ledger tests of other concerns want a release to free
     its bytes at once (tests/ledger/test_scrub.py covers scrubbing)."""
     registry.register_host(tx, tx.host_id)
-    pool = registry.ensure_pool(tx, registry.PoolPolicy(
+    pool, _ = pools.seed(tx, pools.PoolPolicy(
         name="default", claim_slice=claim_slice, default_ttl_s=60, max_ttl_s=max_ttl_s,
         scrub_on_release=scrub))
     registry.reconcile_devices(tx, specs, pool)

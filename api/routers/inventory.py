@@ -1,4 +1,4 @@
-"""/v1/devices, /v1/pools and /v1/events: what the pool holds and what happened to it."""
+"""/v1/devices, /v1/topology and /v1/events: what the pool holds and what happened to it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from api.auth import PrincipalDep, get_operator, get_principal
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
 from api.lease_backing import backing_of, located
-from api.schemas import Claim, Device, DeviceExtents, Event, Lease, Pool
+from api.schemas import Claim, Device, DeviceExtents, Event, Lease
 from drivers import DriverFailure
 from drivers.topology import scan
 from poold.errors import DriverError
@@ -53,11 +53,6 @@ def topology(request: Request) -> dict[str, Any]:
         return discover_json(scan(request.app.state.sysfs_root))
     except DriverFailure as exc:
         raise DriverError(str(exc)) from exc
-
-
-@router.get("/pools")
-def list_pools(ledger: LedgerDep) -> list[Pool]:
-    return [Pool.model_validate(asdict(p)) for p in ledger.read(reads.pools)]
 
 
 @router.get("/events", dependencies=[Depends(get_operator)])

@@ -14,7 +14,7 @@ from pathlib import Path
 from drivers import DriverFailure
 from drivers.topology import scan
 from poold import errors
-from poold.cli import access, device
+from poold.cli import access, device, pool
 from poold.cli.common import api_options, client, ledger_options, load
 from poold.cli.output import print_json, print_table, wait_for_scrub
 from poold.inventory.discovery import discover_json
@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_fsck)
 
     access.add_commands(sub)
+    pool.add_commands(sub)
 
     database = sub.add_parser("db", help="ledger schema").add_subparsers(required=True,
                                                                         metavar="ACTION")

@@ -55,7 +55,7 @@ from poold.daemon.statedir import StateDir
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import reads, registry, retention
+from poold.ledger import pools, reads, registry, retention
 from poold.ledger.clock import LedgerClock
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
@@ -82,6 +82,10 @@ class Daemon:
         self.notifier = notifier or Notifier.from_environment()
         self.state = StateDir(settings.state_dir)
         self.state.claim()  # one daemon per state directory: StateDirBusy otherwise
+        # What this host's config says of the pools it names: seeds for pools the ledger does
+        # not have yet; the ledger's policy wins over them after that (poold.ledger.pools).
+        self.seed_policies = seed_policies(settings)
+        self._disagreements_logged: set[pools.Disagreement] = set()
         try:
             self._build(settings, clock, monitor, fd_store, sysfs)
         except BaseException:  # a daemon that did not start holds nothing
@@ -160,6 +164,8 @@ class Daemon:
                                        auth=self.auth, max_body_bytes=settings.max_body_bytes,
                                        rate_limiter=_rate_limiter(settings))
         self.app.state.lease_backing = self.backing
+        self.app.state.seed_policies = self.seed_policies
+        self.app.state.pool_template = self.seed_policies[settings.default_pool]
         if self.ops is not None:
             self.app.state.device_admin = self.ops
         self.metrics.publish_limits(
@@ -252,17 +258,21 @@ class Daemon:
 
     def _reconcile(self, tx: Tx, specs: list[DeviceSpec]) -> None:
         s = self.settings
-        pools = {name: registry.ensure_pool(tx, registry.PoolPolicy(
-            name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
-            max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
-            trusted=name in s.trusted_pools,
-        )) for name in (s.default_pool, *s.device_pools.values())}
+        placed: dict[str, Pool] = {}
+        for name, policy in self.seed_policies.items():
+            placed[name], differ = pools.seed(tx, policy)
+            for d in differ:
+                if d not in self._disagreements_logged:
+                    self._disagreements_logged.add(d)
+                    log.warning("pool.config_disagrees pool=%s setting=%s file=%r ledger=%r: "
+                                "the ledger wins (edit the pool: poold pool set, or the file)",
+                                d.pool, d.setting, d.file, d.ledger)
 
         def pool_for(spec: DeviceSpec) -> Pool:
             for pattern, name in s.device_pools.items():
                 if fnmatch(spec.devname, pattern) or fnmatch(spec.uid, pattern):
-                    return pools[name]
-            return pools[s.default_pool]
+                    return placed[name]
+            return placed[s.default_pool]
 
         registry.reconcile_devices(tx, specs, pool_for)
 
@@ -357,3 +367,13 @@ def _rate_limiter(s: Settings) -> RateLimiter | None:
 
 def _shared(spec: DeviceSpec, patterns: list[str]) -> bool:
     return any(fnmatch(spec.uid, p) or fnmatch(spec.devname, p) for p in patterns)
+
+
+def seed_policies(settings: Settings) -> dict[str, pools.PoolPolicy]:
+    """The policy this host's config gives each pool it names (default_pool, device_pools)."""
+    s = settings
+    return {name: pools.PoolPolicy(
+        name=name, claim_slice=s.claim_slice, default_ttl_s=s.default_ttl_s,
+        max_ttl_s=s.max_ttl_s, scrub_on_release=name not in s.unscrubbed_pools,
+        trusted=name in s.trusted_pools,
+    ) for name in (s.default_pool, *s.device_pools.values())}

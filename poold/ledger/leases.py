@@ -31,13 +31,21 @@ from poold.errors import (
     LeaseTooLarge,
     NoCapacity,
     QuotaExceeded,
+    TenantNotAllowed,
     UnknownLease,
     UnknownPool,
 )
 from poold.ledger import queries as q
 from poold.ledger import sharing
 from poold.ledger.tx import Tx, scrubs_before_reuse
-from poold.ledger.views import DeviceRecord, LeaseRecord, LeaseView, PoolRecord, effective_state
+from poold.ledger.views import (
+    DeviceRecord,
+    LeaseRecord,
+    LeaseView,
+    PoolRecord,
+    Quota,
+    effective_state,
+)
 from poold.pool import ExtentAllocator
 from poold.types import (
     MAX_BYTES,
@@ -92,6 +100,9 @@ def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     _check_text(request)
     pool = _pool(tx, request.pool)
+    if not pool.admits(request.tenant):
+        raise TenantNotAllowed(f"tenant {request.tenant!r} may not lease from pool "
+                               f"{pool.name!r}")
     ttl_s = _ttl(pool, request.ttl_s)
     if request.size <= 0 or request.size > MAX_BYTES:
         raise InvalidRequest(f"size must be between 1 and {MAX_BYTES} bytes, got {request.size}")
@@ -116,7 +127,7 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         _bind(tx, device, request, claim_id, extent)
     if request.tenant is not None:
         try:
-            _check_quota(tx, request.tenant, extent.length)
+            _check_quota(tx, request.tenant, pool.id, extent.length)
         except QuotaExceeded:
             tx.space.free(claim_id, extent)
             raise
@@ -142,7 +153,9 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
     if tx.fenced and lease.host_id == tx.host_id:
         raise HostFenced(f"lease {lease_id} is lost: host {tx.host_id} lost the ledger")
     pool = _pool_record(tx, lease.pool_id)
-    ttl = _ttl(pool, ttl_s if ttl_s is not None else lease.ttl_s)
+    # The lease's own TTL, within what the pool allows now (an admin may have lowered it since):
+    # a holder that asks nothing is never refused for a policy it did not choose.
+    ttl = _ttl(pool, ttl_s) if ttl_s is not None else min(lease.ttl_s, pool.max_ttl_s)
     expires_at = tx.now + timedelta(seconds=ttl)
     if q.leases.renew_lease(tx.conn, lease_id, tx.now, expires_at, ttl) == 1:
         tx.event(EventKind.LEASE_RENEWED, actor, host_id=lease.host_id,
@@ -294,9 +307,10 @@ def _bind(tx: Tx, device: DeviceRecord, request: GrantRequest, claim_id: int,
     tx.refresh_catalog()  # the snapshot's device does not say so yet
 
 
-def _check_quota(tx: Tx, tenant: str, length: int) -> None:
-    """Refuse a grant that would take the tenant past a quota. The tenant's row stays locked
-    to the end of the transaction, so grants on other hosts wait rather than both pass. A
+def _check_quota(tx: Tx, tenant: str, pool_id: int, length: int) -> None:
+    """Refuse a grant that would take the tenant past a quota, its global ones or its own in
+    the pool. The tenant's row stays locked to the end of the transaction (whichever quota is
+    checked), so grants on other hosts wait rather than both pass. A
     tenant's first lease creates its row with the default quotas (two hosts creating it at
     once: one insert fails, and the writer reruns that grant, which then finds it)."""
     quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
@@ -306,15 +320,24 @@ def _check_quota(tx: Tx, tenant: str, length: int) -> None:
         tx.event(EventKind.TENANT_CHANGED, "daemon", host_id=tx.host_id, tenant=tenant,
                  max_bytes=max_bytes, max_leases=max_leases, reason="first lease")
         quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
-    if quota is None or quota == (None, None):
-        return
+    if quota is not None and quota != (None, None):
+        _within(quota, q.tenants.tenant_usage(tx.conn, tenant, tx.now), length,
+                f"tenant {tenant!r}", "its quota")
+    in_pool = tx.catalog.quota(pool_id, tenant)
+    if in_pool is not None and in_pool != (None, None):
+        pool = _pool_record(tx, pool_id)
+        _within(in_pool, q.tenants.pool_usage(tx.conn, tenant, pool_id, tx.now), length,
+                f"tenant {tenant!r}", f"its quota in pool {pool.name!r}")
+
+
+def _within(quota: Quota, usage: tuple[int, int], length: int, who: str, which: str) -> None:
     max_bytes, max_leases = quota
-    leased, live = q.tenants.tenant_usage(tx.conn, tenant, tx.now)
+    leased, live = usage
     if max_leases is not None and live + 1 > max_leases:
-        raise QuotaExceeded(f"tenant {tenant!r} holds {live} leases; its quota is {max_leases}")
+        raise QuotaExceeded(f"{who} holds {live} leases; {which} is {max_leases}")
     if max_bytes is not None and leased + length > max_bytes:
-        raise QuotaExceeded(f"tenant {tenant!r} holds {leased} bytes; {length} more would "
-                            f"pass its quota of {max_bytes}")
+        raise QuotaExceeded(f"{who} holds {leased} bytes; {length} more would pass {which} "
+                            f"of {max_bytes}")
 
 
 def _pool(tx: Tx, name: str | None) -> PoolRecord:
@@ -325,6 +348,8 @@ def _pool(tx: Tx, name: str | None) -> PoolRecord:
         pool = tx.catalog.pool(name)
     if pool is None:
         raise UnknownPool(f"no pool {name!r}")
+    if pool.retired_at is not None:
+        raise UnknownPool(f"pool {name!r} is retired")
     return pool
 
 

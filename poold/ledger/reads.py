@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from poold.errors import UnknownDevice, UnknownHost, UnknownLease, UnknownPool
@@ -18,10 +19,11 @@ from poold.ledger.views import (
     EventView,
     HostView,
     LeaseView,
+    PoolQuotaView,
     PoolView,
     ScrubJob,
 )
-from poold.models import Claim, Device, Lease
+from poold.models import Claim, Device, Lease, PoolQuota
 from poold.types import DeviceKind, DeviceState, LeaseState, is_lease_id
 
 
@@ -51,12 +53,17 @@ def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
     )
 
 
-def pools(session: Session, now: datetime) -> list[PoolView]:
+def pools(session: Session, now: datetime, *, retired: bool = False) -> list[PoolView]:
+    """Every pool with its policy, devices, usage and per-tenant quotas (retired ones too when
+    `retired`)."""
     by_pool: dict[str, list[DeviceView]] = {}
     for device in devices(session, now):
         by_pool.setdefault(device.pool, []).append(device)
+    quotas = _pool_quotas(session, now)
     views = []
     for pool in q.pools.list_pools(session):
+        if pool.retired_at is not None and not retired:
+            continue
         # Missing devices hold no leasable bytes; their live extents are still reported.
         members = by_pool.get(pool.name, [])
         present = [d for d in members if d.state != DeviceState.MISSING]
@@ -71,9 +78,33 @@ def pools(session: Session, now: datetime) -> list[PoolView]:
             live_leases=sum(d.live_leases for d in members), claim_slice=pool.claim_slice,
             default_ttl_s=pool.default_ttl_s, max_ttl_s=pool.max_ttl_s,
             max_lease_size=pool.max_lease_size, scrub_on_release=pool.scrub_on_release,
-            trusted=pool.trusted,
+            trusted=pool.trusted, description=pool.description,
+            allowed_tenants=pool.allowed_tenants, retired_at=pool.retired_at,
+            quotas=[PoolQuotaView(tenant=quota.tenant, max_bytes=quota.max_bytes,
+                                  max_leases=quota.max_leases, leased_bytes=leased_there,
+                                  live_leases=live_there)
+                    for quota, leased_there, live_there in quotas.get(pool.id, [])],
         ))
     return views
+
+
+def _pool_quotas(session: Session, now: datetime
+                 ) -> dict[int, list[tuple[PoolQuota, int, int]]]:
+    """Every per-pool quota with what its tenant holds in that pool now: {pool_id: [(quota,
+    leased_bytes, live_leases)]}."""
+    usage = q.tenants.usage_by_pool(session.connection(), now)
+    found: dict[int, list[tuple[PoolQuota, int, int]]] = {}
+    for quota in session.scalars(select(PoolQuota).order_by(PoolQuota.tenant)):
+        leased, live = usage.get((quota.pool_id, quota.tenant), (0, 0))
+        found.setdefault(quota.pool_id, []).append((quota, leased, live))
+    return found
+
+
+def pool(session: Session, now: datetime, name: str) -> PoolView:
+    found = next((p for p in pools(session, now, retired=True) if p.name == name), None)
+    if found is None:
+        raise UnknownPool(f"no pool {name!r}")
+    return found
 
 
 def pool_id(session: Session, name: str) -> int:

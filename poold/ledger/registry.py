@@ -1,4 +1,5 @@
-"""Hosts, pools and devices in the ledger: registration at start and device reconciliation.
+"""Hosts and devices in the ledger: registration at start and device reconciliation (pools:
+poold.ledger.pools).
 
 Inventory says what devices exist now (`DeviceSpec`s); this module makes the ledger agree, with an
 event for every change. Devices of this host that no longer exist are marked missing, never
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from poold.inventory import DeviceSpec
 from poold.ledger import queries as q
@@ -18,17 +18,6 @@ from poold.models import Device, Host, Pool
 from poold.types import DeviceState, EventKind, Extent, HostState
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolPolicy:
-    name: str
-    claim_slice: int
-    default_ttl_s: int
-    max_ttl_s: int
-    max_lease_size: int | None = None
-    scrub_on_release: bool = True  # the safe default: see Settings.unscrubbed_pools
-    trusted: bool = False  # the safe default: see Settings.trusted_pools
 
 
 def register_host(tx: Tx, name: str) -> None:
@@ -44,26 +33,6 @@ def register_host(tx: Tx, name: str) -> None:
                                host_id=tx.host_id,
                                silent_s=(tx.now - host.last_seen_at).total_seconds())
         host.name, host.state, host.last_seen_at = name, HostState.UP, tx.now
-
-
-def ensure_pool(tx: Tx, policy: PoolPolicy) -> Pool:
-    """Create the pool if new; an existing pool takes the configured policy (config wins)."""
-    pool = q.pools.get_pool_by_name(tx.session, policy.name)
-    fields = {
-        "claim_slice": policy.claim_slice, "default_ttl_s": policy.default_ttl_s,
-        "max_ttl_s": policy.max_ttl_s, "max_lease_size": policy.max_lease_size,
-        "scrub_on_release": policy.scrub_on_release, "trusted": policy.trusted,
-    }
-    if pool is None:
-        pool = Pool(name=policy.name, created_at=tx.now, **fields)
-        tx.session.add(pool)
-        tx.session.flush()
-        q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor="daemon",
-                           host_id=tx.host_id, pool=policy.name)
-    else:
-        for key, value in fields.items():
-            setattr(pool, key, value)
-    return pool
 
 
 def ledger_uid(spec: DeviceSpec, host_id: str) -> str:

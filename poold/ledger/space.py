@@ -14,11 +14,11 @@ transaction fails, or the reaper's next tick, whichever comes first.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from poold.ledger.views import DeviceRecord, PoolRecord
+from poold.ledger.views import DeviceRecord, PoolRecord, Quota
 from poold.models import Claim, Lease
 from poold.pool import AllocatorError, ExtentAllocator
 from poold.types import Extent
@@ -137,9 +137,14 @@ class HostSpace:
 
 
 class Catalog:
-    """Pools and devices as the ledger had them when read; immutable, replaced whole."""
+    """Pools, their per-tenant quotas and devices as the ledger had them when read (at catalog
+    `version`: the ledger's counter of admin changes); immutable, replaced whole."""
 
-    def __init__(self, pools: Iterable[PoolRecord], devices: Iterable[DeviceRecord]) -> None:
+    def __init__(self, pools: Iterable[PoolRecord], devices: Iterable[DeviceRecord],
+                 quotas: Mapping[tuple[int, str], Quota] | None = None, version: int = 0
+                 ) -> None:
+        self.version = version
+        self._quotas = dict(quotas or {})
         self._pools = {pool.name: pool for pool in pools}
         self._pools_by_id = {pool.id: pool for pool in self._pools.values()}
         self._devices = {device.id: device for device in devices}
@@ -155,6 +160,10 @@ class Catalog:
 
     def device(self, device_id: int) -> DeviceRecord | None:
         return self._devices.get(device_id)
+
+    def quota(self, pool_id: int, tenant: str) -> Quota | None:
+        """The tenant's (max_bytes, max_leases) in the pool; None: no quota there."""
+        return self._quotas.get((pool_id, tenant))
 
     def devices_in(self, pool_id: int) -> list[DeviceRecord]:
         """The pool's devices by id, whatever their state."""

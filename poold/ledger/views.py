@@ -83,6 +83,9 @@ def effective_state(lease: Lease | LeaseRecord, now: datetime) -> LeaseState:
 # --- rows as the ledger writer reads them (plain values, no ORM identity map) ------------------
 
 
+Quota = tuple[int | None, int | None]  # (max_bytes, max_leases); None: unlimited
+
+
 @dataclass(frozen=True, slots=True)
 class PoolRecord:
     id: int
@@ -93,6 +96,13 @@ class PoolRecord:
     max_lease_size: int | None
     scrub_on_release: bool
     trusted: bool = False
+    allowed_tenants: list[str] | None = None  # None: every tenant
+    retired_at: datetime | None = None
+
+    def admits(self, tenant: str | None) -> bool:
+        """Whether a grant for `tenant` may lease here (a grant of no tenant, an admin's or
+        an agent's, is the operators' own and always may)."""
+        return tenant is None or self.allowed_tenants is None or tenant in self.allowed_tenants
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +192,21 @@ class PoolView:
     max_lease_size: int | None
     scrub_on_release: bool
     trusted: bool = False
+    description: str = ""
+    allowed_tenants: list[str] | None = None
+    retired_at: datetime | None = None
+    quotas: list[PoolQuotaView] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolQuotaView:
+    """A tenant's quotas in one pool and what it holds there now."""
+
+    tenant: str
+    max_bytes: int | None
+    max_leases: int | None
+    leased_bytes: int
+    live_leases: int
 
 
 @dataclass(frozen=True, slots=True)

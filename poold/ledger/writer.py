@@ -218,6 +218,9 @@ class LedgerWriter:
                 now = self._clock.now(session)
                 if self._space is None:
                     self._space = self._rebuild_space(session)
+                if (self._catalog is not None
+                        and q.pools.catalog_version(conn) != self._catalog.version):
+                    self._catalog = None  # an admin changed pools (through any daemon)
                 tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
                         self._catalog, held=self.held_devices,
                         tenant_defaults=self._tenant_defaults)

@@ -9,9 +9,10 @@ from poold.models.ledger import (
     Host,
     Lease,
     Pool,
+    PoolQuota,
     Tenant,
     Token,
 )
 
-__all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "Tenant",
-           "Token", "UTCDateTime"]
+__all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "PoolQuota",
+           "Tenant", "Token", "UTCDateTime"]

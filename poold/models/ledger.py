@@ -39,6 +39,11 @@ class Pool(Base):
     # serves all of them at once (else one tenant at a time: Device.tenant_scope).
     trusted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    description: Mapped[str] = mapped_column(String(1024), default="", server_default="")
+    # None: every tenant may lease from it; else the names of those who may.
+    allowed_tenants: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # A retired pool grants nothing and takes no device; its name and history stay.
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Device(Base):
@@ -139,6 +144,17 @@ class Tenant(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class PoolQuota(Base):
+    """A tenant's quotas inside one pool (None: unlimited there), beside its global ones."""
+
+    __tablename__ = "pool_quotas"
+
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), primary_key=True)
+    max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_leases: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
 class Token(Base):
     """A bearer credential. Only the SHA-256 of its secret is stored: the secret is random
     (256 bits), so a slow hash would add nothing but latency to every request."""
@@ -156,7 +172,8 @@ class Token(Base):
 
 
 class Counter(Base):
-    """Named monotonic counters; `generation` is the fencing token handed to each lease."""
+    """Named monotonic counters; `generation` is the fencing token handed to each lease,
+    `catalog` grows with every admin change of a pool's policy (daemons re-read on a change)."""
 
     __tablename__ = "counters"
 

@@ -7,59 +7,11 @@ commands change is then checked with plain HTTP requests, as an inference engine
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import httpx
-import pytest
 
 from poold.types import MiB
-from tests.daemon_fixtures import serve_process
+from tests.cli.served import Daemon, refusal
 
-# The console script pip installed beside this interpreter: what an operator types.
-POOLD = Path(sys.executable).with_name("poold")
 TOKEN_KEYS = {"id", "name", "role", "tenant", "created_at", "created_by", "revoked_at"}
-
-
-class Daemon:
-    def __init__(self, port: int, state: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.state = state
-
-    def cli(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        """`poold ARGS --url URL --state-dir STATE`; with `ok`, it must exit 0."""
-        out = subprocess.run([str(POOLD), *args, "--url", self.url, "--state-dir",
-                              str(self.state)], capture_output=True, text=True, timeout=60)
-        if ok:
-            assert out.returncode == 0, (args, out.stderr)
-        return out
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.cli(*args).stdout)
-
-    def grant(self, bearer: str, size: int) -> httpx.Response:
-        return httpx.post(f"{self.url}/v1/leases", json={"size": size, "ttl_s": 60},
-                          headers={"Authorization": f"Bearer {bearer}"})
-
-
-def refusal(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """A refused command: exit 1 and the API's error object on stderr."""
-    assert out.returncode == 1, (out.stdout, out.stderr)
-    assert out.stdout == ""
-    found: dict[str, Any] = json.loads(out.stderr)
-    return found
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, ledger_url: str) -> Iterator[Daemon]:
-    assert POOLD.is_file(), f"{POOLD}: install poold into this environment (pip install -e .)"
-    with serve_process(tmp_path, lambda port: httpx.get(
-            f"http://127.0.0.1:{port}/readyz").status_code == 200,
-            auth="token", database_url=ledger_url) as port:
-        yield Daemon(port, tmp_path / "s")
 
 
 def test_tokens_secret_printed_once_list_without_secrets_revoke_refuses(daemon: Daemon) -> None:

@@ -43,7 +43,8 @@ EXPECTED: dict[str, set[str]] = {
     "device.created": {ADMIN}, "device.destroyed": {ADMIN}, "device.resized": {ADMIN},
     "device.reconfigured": {ADMIN}, "device.drained": {ADMIN}, "device.undrained": {ADMIN},
     "host.registered": {"daemon"}, "host.lost": {"reaper"}, "host.recovered": {"daemon"},
-    "pool.created": {"daemon"},
+    "pool.created": {"daemon", ADMIN}, "pool.changed": {ADMIN}, "pool.retired": {ADMIN},
+    "pool.quota_changed": {ADMIN},
     "token.created": {"daemon", ADMIN}, "token.revoked": {ADMIN}, "tenant.changed": {ADMIN},
 }
 HOST_TTL_S = 3.0  # host b is lost this long after it stops (no grace)
@@ -124,6 +125,7 @@ def scenario(admin: Api, url: str, daemon: Daemon, kernel: FakeKernel, tmp_path:
     admin("PUT", "/v1/tenants/team-a", {"max_bytes": None, "max_leases": 100})
     alice = Api(url, made["bearer"])
     try:
+        pools_of_admin(admin)
         leases_of_alice(alice, admin)
         devices_of_admin(admin, alice, daemon, kernel)
         # Host b: alice leases there, b stops; a adopts what b held once b is silent past
@@ -142,6 +144,13 @@ def scenario(admin: Api, url: str, daemon: Daemon, kernel: FakeKernel, tmp_path:
     finally:
         alice.close()
     return str(made["id"])
+
+
+def pools_of_admin(admin: Api) -> None:
+    admin("POST", "/v1/pools", {"name": "spare", "description": "for the audit"})
+    admin("PATCH", "/v1/pools/spare", {"max_ttl_s": 600})
+    admin("PUT", "/v1/pools/spare/quotas/team-a", {"max_bytes": 64 * MiB, "max_leases": None})
+    admin("DELETE", "/v1/pools/spare")
 
 
 def leases_of_alice(alice: Api, admin: Api) -> None:

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 
 from poold import errors
-from poold.ledger import leases, reads, registry
+from poold.ledger import leases, pools, reads
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
@@ -240,12 +240,12 @@ def test_two_hosts_creating_one_row_at_once_both_succeed(make_ledger: LedgerFact
     configure: on PostgreSQL both read "absent" and insert, and the later insert waits for the
     first and then violates the unique index. The writer reruns it, and it finds the row."""
     a, b = make_ledger(host_id="host-a"), make_ledger(host_id="host-b")
-    policy = registry.PoolPolicy(name="racing", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    policy = pools.PoolPolicy(name="racing", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
     inside, go = threading.Event(), threading.Event()
     backends: list[int] = []  # host-b's PostgreSQL backend, each time its command runs
 
     def create_then_wait(tx: Tx) -> int:
-        pool = registry.ensure_pool(tx, policy)
+        pool = pools.seed(tx, policy)[0]
         inside.set()
         assert go.wait(patience())  # commit only once the other host is inserting too
         return pool.id
@@ -253,7 +253,7 @@ def test_two_hosts_creating_one_row_at_once_both_succeed(make_ledger: LedgerFact
     def create(tx: Tx) -> int:
         if tx.conn.dialect.name == "postgresql":
             backends.append(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
-        return registry.ensure_pool(tx, policy).id
+        return pools.seed(tx, policy)[0].id
 
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(a.run, create_then_wait)

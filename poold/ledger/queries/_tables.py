@@ -12,11 +12,12 @@ from typing import cast
 from sqlalchemy import Table, select
 
 from poold.ledger.views import DeviceRecord
-from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool
+from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool, PoolQuota
 from poold.types import HOLDING_STATES, LeaseState
 
-POOLS, DEVICES, CLAIMS, LEASES, EVENTS, COUNTERS, HOSTS = (
-    cast(Table, model.__table__) for model in (Pool, Device, Claim, Lease, Event, Counter, Host)
+POOLS, DEVICES, CLAIMS, LEASES, EVENTS, COUNTERS, HOSTS, POOL_QUOTAS = (
+    cast(Table, model.__table__)
+    for model in (Pool, Device, Claim, Lease, Event, Counter, Host, PoolQuota)
 )
 ACTIVE = LeaseState.ACTIVE.value
 HOLDING = list(HOLDING_STATES)

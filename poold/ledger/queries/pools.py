@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries._tables import DEVICES, POOLS, SELECT_DEVICES
-from poold.ledger.views import DeviceRecord, PoolRecord
+from poold.ledger.queries._tables import COUNTERS, DEVICES, POOL_QUOTAS, POOLS, SELECT_DEVICES
+from poold.ledger.views import DeviceRecord, PoolRecord, Quota
 from poold.models import Pool
 
 # --- ORM, the session first: off the hot path, building each query per call is affordable ---
@@ -40,7 +40,30 @@ _SELECT_POOLS = select(*(POOLS.c[f.name] for f in fields(PoolRecord))).order_by(
 _ALL_DEVICES = SELECT_DEVICES.order_by(DEVICES.c.id)
 
 
-def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord]]:
-    """Every pool and device, for the writer's cached snapshot."""
+_SELECT_QUOTAS = select(POOL_QUOTAS.c.pool_id, POOL_QUOTAS.c.tenant, POOL_QUOTAS.c.max_bytes,
+                       POOL_QUOTAS.c.max_leases)
+_CATALOG_VERSION = select(COUNTERS.c.value).where(COUNTERS.c.name == "catalog")
+_BUMP_CATALOG = (update(COUNTERS).where(COUNTERS.c.name == "catalog")
+                 .values(value=COUNTERS.c.value + 1))
+
+
+def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord],
+                                       dict[tuple[int, str], Quota], int]:
+    """Every pool, device and per-pool quota, and the catalog version they were read at, for
+    the writer's cached snapshot. The version is read first: what follows is at least as new."""
+    version = catalog_version(conn)
     pools = [PoolRecord(*row) for row in conn.execute(_SELECT_POOLS)]
-    return pools, [DeviceRecord(*row) for row in conn.execute(_ALL_DEVICES)]
+    quotas = {(pool_id, tenant): (max_bytes, max_leases)
+              for pool_id, tenant, max_bytes, max_leases in conn.execute(_SELECT_QUOTAS)}
+    return pools, [DeviceRecord(*row) for row in conn.execute(_ALL_DEVICES)], quotas, version
+
+
+def catalog_version(conn: Connection) -> int:
+    """How many admin changes pools have seen: a snapshot read at another version is stale."""
+    return int(conn.execute(_CATALOG_VERSION).scalar_one())
+
+
+def catalog_changed(conn: Connection) -> None:
+    """Say that pools changed: every daemon of the ledger reads them again before its next
+    command (the counter commits with the change, so none reads the old policy after it)."""
+    conn.execute(_BUMP_CATALOG)

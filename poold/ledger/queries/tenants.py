@@ -24,6 +24,13 @@ _TENANT_USAGE = (
     .where(LEASES.c.tenant == bindparam("name"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at > bindparam("now"))
 )
+_POOL_USAGE = _TENANT_USAGE.where(LEASES.c.pool_id == bindparam("pool_id"))
+_USAGE_BY_POOL = (
+    select(LEASES.c.pool_id, LEASES.c.tenant, func.sum(LEASES.c.length), func.count())
+    .where(LEASES.c.tenant.is_not(None), LEASES.c.state == ACTIVE,
+           LEASES.c.expires_at > bindparam("now"))
+    .group_by(LEASES.c.pool_id, LEASES.c.tenant)
+)
 _INSERT_TENANT = insert(Tenant)
 
 
@@ -44,3 +51,16 @@ def tenant_usage(conn: Connection, name: str, now: datetime) -> tuple[int, int]:
     """(bytes, count) of the tenant's valid leases."""
     row = conn.execute(_TENANT_USAGE, {"name": name, "now": now}).one()
     return int(row[0]), int(row[1])
+
+
+def pool_usage(conn: Connection, name: str, pool_id: int, now: datetime) -> tuple[int, int]:
+    """(bytes, count) of the tenant's valid leases in one pool (checked with the tenant's row
+    locked, as `tenant_usage`)."""
+    row = conn.execute(_POOL_USAGE, {"name": name, "pool_id": pool_id, "now": now}).one()
+    return int(row[0]), int(row[1])
+
+
+def usage_by_pool(conn: Connection, now: datetime) -> dict[tuple[int, str], tuple[int, int]]:
+    """{(pool_id, tenant): (bytes, count)} of every tenant's valid leases."""
+    return {(pool_id, tenant): (int(total or 0), int(count))
+            for pool_id, tenant, total, count in conn.execute(_USAGE_BY_POOL, {"now": now})}

@@ -1,0 +1,105 @@
+"""`poold pool list|show|create|set|retire|quota`: pools and their policy, administered in the
+ledger through the daemon's API (admin), the same on every host of the ledger.
+
+    poold pool create gpu-kv --max-ttl 3600 --allow team-a --allow team-b
+    poold pool set gpu-kv --no-scrub --allow-everyone
+    poold pool quota gpu-kv team-a --max-bytes 64GiB --max-leases 32
+    poold pool retire gpu-kv
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from poold.cli.common import api_options, client
+from poold.cli.output import print_json
+from poold.types import parse_size
+
+
+def add_commands(sub: Any) -> None:
+    pool = sub.add_parser("pool", help="pools and their policy (admin)").add_subparsers(
+        required=True, metavar="ACTION")
+    list_ = pool.add_parser("list", help="every pool with its policy and usage")
+    list_.add_argument("--retired", action="store_true", help="retired pools too")
+    _command(list_, lambda a: ("GET", "/v1/pools", None, {"retired": str(a.retired).lower()}))
+    show = pool.add_parser("show", help="one pool")
+    show.add_argument("name")
+    _command(show, lambda a: ("GET", f"/v1/pools/{a.name}", None, None))
+    create = pool.add_parser("create", help="a new pool (or a retired one brought back)")
+    create.add_argument("name")
+    _policy_options(create)
+    _command(create, lambda a: ("POST", "/v1/pools", {"name": a.name, **_policy(a)}, None))
+    set_ = pool.add_parser("set", help="change a pool's policy (only the options given)")
+    set_.add_argument("name")
+    _policy_options(set_)
+    _command(set_, lambda a: ("PATCH", f"/v1/pools/{a.name}", _policy(a), None))
+    retire = pool.add_parser("retire", help="retire an empty pool")
+    retire.add_argument("name")
+    _command(retire, lambda a: ("DELETE", f"/v1/pools/{a.name}", None, None))
+    quota = pool.add_parser("quota", help="a tenant's quotas in the pool")
+    quota.add_argument("name")
+    quota.add_argument("tenant")
+    quota.add_argument("--max-bytes", type=parse_size, help="e.g. 64GiB (default: unlimited)")
+    quota.add_argument("--max-leases", type=int, help="live leases at once (default: unlimited)")
+    quota.add_argument("--clear", action="store_true",
+                       help="no quota of its own in the pool (its global ones still hold)")
+    _command(quota, _quota)
+
+
+def _policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--description")
+    parser.add_argument("--default-ttl", type=int, help="seconds a lease lives unless it asks")
+    parser.add_argument("--max-ttl", type=int, help="longest TTL a lease may ask, seconds")
+    parser.add_argument("--claim-slice", type=parse_size, help="e.g. 1GiB; 0: whole devices")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--max-lease-size", type=parse_size, help="largest lease, e.g. 16GiB")
+    size.add_argument("--no-max-lease-size", action="store_true", help="no largest lease")
+    scrub = parser.add_mutually_exclusive_group()
+    scrub.add_argument("--scrub", dest="scrub", action="store_true", default=None,
+                       help="zero released bytes before anyone else is granted them")
+    scrub.add_argument("--no-scrub", dest="scrub", action="store_false")
+    trust = parser.add_mutually_exclusive_group()
+    trust.add_argument("--trusted", dest="trusted", action="store_true", default=None,
+                       help="its tenants share devices handed out whole")
+    trust.add_argument("--untrusted", dest="trusted", action="store_false")
+    allow = parser.add_mutually_exclusive_group()
+    allow.add_argument("--allow", action="append", metavar="TENANT",
+                       help="a tenant that may lease from it (repeat; replaces the list)")
+    allow.add_argument("--allow-everyone", action="store_true", help="every tenant may")
+
+
+def _policy(args: argparse.Namespace) -> dict[str, Any]:
+    """The request body: only what the options say."""
+    body: dict[str, Any] = {
+        key: value for key, value in (
+            ("description", args.description), ("default_ttl_s", args.default_ttl),
+            ("max_ttl_s", args.max_ttl), ("claim_slice", args.claim_slice),
+            ("max_lease_size", args.max_lease_size), ("scrub_on_release", args.scrub),
+            ("trusted", args.trusted), ("allowed_tenants", args.allow),
+        ) if value is not None}
+    if args.no_max_lease_size:
+        body["max_lease_size"] = None
+    if args.allow_everyone:
+        body["allowed_tenants"] = None
+    return body
+
+
+def _quota(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, None]:
+    path = f"/v1/pools/{args.name}/quotas/{args.tenant}"
+    if args.clear:
+        return "DELETE", path, None, None
+    return "PUT", path, {"max_bytes": args.max_bytes, "max_leases": args.max_leases}, None
+
+
+def _command(parser: argparse.ArgumentParser, request: Any) -> None:
+    api_options(parser)
+
+    def run(args: argparse.Namespace) -> int:
+        method, path, body, params = request(args)
+        with client(args) as api:
+            answer = api.raw(method, path, json=body, params=params)
+        print_json(answer)
+        return 0
+
+    parser.set_defaults(func=run)

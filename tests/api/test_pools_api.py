@@ -1,0 +1,234 @@
+"""Pools administered through the API, on both databases: create, edit, retire and per-tenant
+quotas; grants obey the policy (403 for a tenant outside the pool's list, 422 past its maximum
+TTL, 429 past a quota in the pool); every refusal leaves every ledger row as it was; tenants see
+only the pools they may lease from and nothing of other tenants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from poold.daemon import Daemon
+from poold.ledger.tx import Tx
+from poold.models import Base, Device, Pool
+from poold.types import MiB
+from tests.daemon_fixtures import serving_daemon
+
+
+def ledger_rows(session: Session, _now: datetime) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row, every column, of every ledger table (but the host's heartbeat, which the
+    daemon writes on its own every tick)."""
+    found = {}
+    for table in Base.metadata.sorted_tables:
+        columns = [c for c in table.columns if c.name != "last_seen_at"]
+        found[table.name] = [tuple(row) for row in session.execute(
+            select(*columns).order_by(*table.primary_key))]
+    return found
+
+
+class Served:
+    def __init__(self, daemon: Daemon, url: str, state: Path) -> None:
+        self.daemon = daemon
+        self.admin = httpx.Client(base_url=url, timeout=30, headers={
+            "Authorization": f"Bearer {(state / 'admin.token').read_text().strip()}"})
+        self.url = url
+
+    def tenant(self, name: str) -> httpx.Client:
+        made = self.admin.post("/v1/tokens", json={"name": name, "role": "tenant",
+                                                   "tenant": name})
+        assert made.status_code == 201, made.text
+        return httpx.Client(base_url=self.url, timeout=30,
+                            headers={"Authorization": f"Bearer {made.json()['bearer']}"})
+
+    def rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        return self.daemon.ledger.read(ledger_rows)
+
+    def refused(self, status: int, error: str, method: str, path: str,
+                client: httpx.Client | None = None, **kwargs: Any) -> str:
+        """Send a request that must be refused with `status`/`error`, leaving every ledger row
+        as it was; returns the detail."""
+        before = self.rows()
+        answer = (client or self.admin).request(method, path, **kwargs)
+        assert (answer.status_code, answer.json()["error"]) == (status, error), answer.text
+        assert self.rows() == before
+        return str(answer.json()["detail"])
+
+
+@pytest.fixture
+def served(tmp_path: Path, ledger_url: str) -> Iterator[Served]:
+    with serving_daemon(tmp_path, auth="token", database_url=ledger_url,
+                        emulate_size=128 * MiB, unscrubbed_pools=["default"]) as (daemon, url):
+        s = Served(daemon, url, tmp_path)
+        try:
+            yield s
+        finally:
+            s.admin.close()
+
+
+def events(served: Served, kind: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = served.admin.get("/v1/events", params={
+        "kind": kind, "limit": 1000}).json()
+    return found
+
+
+def test_an_admin_creates_edits_and_retires_a_pool(served: Served) -> None:
+    made = served.admin.post("/v1/pools", json={
+        "name": "gpu-kv", "description": "KV offload for the GPU hosts", "max_ttl_s": 3600,
+        "scrub_on_release": False, "allowed_tenants": ["team-b", "team-a", "team-a"]})
+    assert made.status_code == 201, made.text
+    pool = made.json()
+    assert (pool["name"], pool["description"], pool["max_ttl_s"], pool["scrub_on_release"],
+            pool["allowed_tenants"], pool["devices"], pool["retired_at"]) == (
+        "gpu-kv", "KV offload for the GPU hosts", 3600, False, ["team-a", "team-b"], 0, None)
+    assert pool["default_ttl_s"] == 60 and pool["trusted"] is False  # the config's defaults
+    created = [e for e in events(served, "pool.created") if e["details"]["pool"] == "gpu-kv"]
+    assert len(created) == 1 and created[0]["actor"].startswith("admin:")
+
+    edited = served.admin.patch("/v1/pools/gpu-kv", json={"max_ttl_s": 600,
+                                                          "allowed_tenants": None})
+    assert edited.status_code == 200, edited.text
+    assert (edited.json()["max_ttl_s"], edited.json()["allowed_tenants"]) == (600, None)
+    changed = events(served, "pool.changed")[0]  # the newest
+    assert changed["details"] == {"pool": "gpu-kv", "changed": {
+        "max_ttl_s": [3600, 600], "allowed_tenants": [["team-a", "team-b"], None]}}
+    assert served.admin.get("/v1/pools/gpu-kv").json()["max_ttl_s"] == 600
+
+    retired = served.admin.delete("/v1/pools/gpu-kv")
+    assert retired.status_code == 200 and retired.json()["retired_at"] is not None
+    assert "gpu-kv" not in [p["name"] for p in served.admin.get("/v1/pools").json()]
+    assert "gpu-kv" in [p["name"] for p in served.admin.get(
+        "/v1/pools", params={"retired": "true"}).json()]
+    detail = served.refused(404, "UnknownPool", "POST", "/v1/leases",
+                            json={"size": 2 * MiB, "pool": "gpu-kv"})
+    assert "retired" in detail
+    served.refused(404, "UnknownPool", "PATCH", "/v1/pools/gpu-kv", json={"max_ttl_s": 60})
+    # Created again: back, with the new policy.
+    again = served.admin.post("/v1/pools", json={"name": "gpu-kv"})
+    assert again.status_code == 201 and again.json()["retired_at"] is None
+    assert again.json()["max_ttl_s"] == 86_400
+
+
+def test_refusals_change_nothing(served: Served) -> None:
+    served.admin.post("/v1/pools", json={"name": "spare"}).raise_for_status()
+    served.refused(409, "Conflict", "POST", "/v1/pools", json={"name": "spare"})
+    for bad in ("", "-x", "a/b", "x" * 129, "tab\there"):
+        served.refused(422, "ValidationError", "POST", "/v1/pools", json={"name": bad})
+    served.refused(422, "InvalidRequest", "POST", "/v1/pools",
+                   json={"name": "upside-down", "default_ttl_s": 600, "max_ttl_s": 60})
+    detail = served.refused(422, "InvalidRequest", "PATCH", "/v1/pools/spare",
+                            json={"default_ttl_s": 100_000})
+    assert "max_ttl_s" in detail
+    served.refused(422, "ValidationError", "PATCH", "/v1/pools/spare", json={"name": "other"})
+    served.refused(422, "ValidationError", "PATCH", "/v1/pools/spare",
+                   json={"allowed_tenants": ["bad name"]})
+    served.refused(422, "ValidationError", "PATCH", "/v1/pools/spare", json={"max_ttl_s": "60"})
+    served.refused(404, "UnknownPool", "PATCH", "/v1/pools/nowhere", json={"max_ttl_s": 60})
+    served.refused(404, "UnknownPool", "DELETE", "/v1/pools/nowhere")
+    # The default pool holds the emulated device, and this daemon's config places devices there.
+    detail = served.refused(409, "Conflict", "DELETE", "/v1/pools/default")
+    assert "config" in detail
+    served.refused(404, "UnknownTenant", "DELETE", "/v1/pools/spare/quotas/nobody")
+    served.refused(422, "ValidationError", "PUT", "/v1/pools/spare/quotas/team-a",
+                   json={"max_bytes": -1})
+    with served.tenant("team-a") as tenant:
+        for method, path, body in (("POST", "/v1/pools", {"name": "mine"}),
+                                   ("PATCH", "/v1/pools/spare", {"max_ttl_s": 60}),
+                                   ("DELETE", "/v1/pools/spare", None),
+                                   ("PUT", "/v1/pools/spare/quotas/team-a", {"max_bytes": 1})):
+            served.refused(403, "Forbidden", method, path, client=tenant, json=body)
+
+
+def test_retiring_a_pool_that_holds_a_device_is_refused(served: Served) -> None:
+    """The pool a device sits in cannot be retired, even when no daemon's config names it."""
+    served.admin.post("/v1/pools", json={"name": "holding"}).raise_for_status()
+
+
+    def move_the_device(tx: Tx) -> None:  # as moving a device will (not built yet)
+        pool_id = tx.session.scalars(select(Pool.id).where(Pool.name == "holding")).one()
+        tx.session.execute(update(Device).values(pool_id=pool_id))
+
+    served.daemon.ledger.run(move_the_device)
+    detail = served.refused(409, "Conflict", "DELETE", "/v1/pools/holding")
+    assert "emu0" in detail and "move them out" in detail
+
+
+def test_grants_obey_the_pools_policy(served: Served) -> None:
+    served.admin.patch("/v1/pools/default", json={
+        "allowed_tenants": ["team-a"], "max_ttl_s": 120}).raise_for_status()
+    with served.tenant("team-a") as a, served.tenant("team-b") as b:
+        detail = served.refused(403, "TenantNotAllowed", "POST", "/v1/leases", client=b,
+                                json={"size": 2 * MiB})
+        assert "'default'" in detail and "team-b" in detail
+        detail = served.refused(422, "InvalidRequest", "POST", "/v1/leases", client=a,
+                                json={"size": 2 * MiB, "ttl_s": 121})
+        assert "120" in detail and "'default'" in detail
+        lease = a.post("/v1/leases", json={"size": 2 * MiB, "ttl_s": 120}).json()
+        # The admin lowers the maximum: the live lease keeps its bytes, and its keepalive
+        # (asking nothing) renews within the new maximum instead of failing.
+        served.refused(422, "InvalidRequest", "PATCH", "/v1/pools/default",
+                       json={"max_ttl_s": 30})  # under the default TTL (60)
+        served.admin.patch("/v1/pools/default", json={"max_ttl_s": 30,
+                                                      "default_ttl_s": 30}).raise_for_status()
+        renewed = a.post(f"/v1/leases/{lease['id']}/keepalive", json={})
+        assert renewed.status_code == 200 and renewed.json()["ttl_s"] == 30
+        served.refused(422, "InvalidRequest", "POST", f"/v1/leases/{lease['id']}/keepalive",
+                       client=a, json={"ttl_s": 60})
+        # An admin's own grant (no tenant) is the operators': the list does not apply.
+        assert served.admin.post("/v1/leases", json={"size": 2 * MiB}).status_code == 201
+        served.admin.post("/v1/leases", json={"size": 2 * MiB, "tenant": "team-b"})
+        served.refused(403, "TenantNotAllowed", "POST", "/v1/leases",
+                       json={"size": 2 * MiB, "tenant": "team-b"})
+
+
+def test_a_tenants_quota_in_a_pool(served: Served) -> None:
+    served.admin.post("/v1/pools", json={"name": "other"}).raise_for_status()
+    shown = served.admin.put("/v1/pools/default/quotas/team-a",
+                             json={"max_bytes": 8 * MiB, "max_leases": 2})
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["quotas"] == [{"tenant": "team-a", "max_bytes": 8 * MiB,
+                                       "max_leases": 2, "leased_bytes": 0, "live_leases": 0}]
+    with served.tenant("team-a") as a, served.tenant("team-b") as b:
+        a.post("/v1/leases", json={"size": 4 * MiB}).raise_for_status()
+        detail = served.refused(429, "QuotaExceeded", "POST", "/v1/leases", client=a,
+                                json={"size": 6 * MiB})
+        assert "in pool 'default'" in detail
+        a.post("/v1/leases", json={"size": 4 * MiB}).raise_for_status()
+        detail = served.refused(429, "QuotaExceeded", "POST", "/v1/leases", client=a,
+                                json={"size": 2 * MiB})
+        assert "2 leases" in detail and "in pool 'default'" in detail
+        assert b.post("/v1/leases", json={"size": 8 * MiB}).status_code == 201  # not b's quota
+        quotas = served.admin.get("/v1/pools/default").json()["quotas"]
+        assert quotas[0]["leased_bytes"] == 8 * MiB and quotas[0]["live_leases"] == 2
+        # A tenant sees its own quota, not the others'.
+        served.admin.put("/v1/pools/default/quotas/team-b", json={"max_leases": 9})
+        assert [q["tenant"] for q in b.get("/v1/pools/default").json()["quotas"]] == ["team-b"]
+        # Cleared: its global quotas alone hold again.
+        cleared = served.admin.delete("/v1/pools/default/quotas/team-a")
+        assert cleared.status_code == 200
+        assert [q["tenant"] for q in cleared.json()["quotas"]] == ["team-b"]
+        assert a.post("/v1/leases", json={"size": 4 * MiB}).status_code == 201
+    changes = events(served, "pool.quota_changed")
+    newest_first = [e["details"].get("cleared", False) for e in changes]
+    assert newest_first == [True, False, False]
+
+
+def test_a_tenant_sees_only_the_pools_it_may_use(served: Served) -> None:
+    served.admin.post("/v1/pools", json={"name": "private",
+                                         "allowed_tenants": ["team-a", "team-c"]})
+    served.admin.post("/v1/pools", json={"name": "closed", "allowed_tenants": ["team-c"]})
+    with served.tenant("team-a") as a:
+        seen = {p["name"]: p for p in a.get("/v1/pools").json()}
+        assert set(seen) == {"default", "private"}
+        assert seen["private"]["allowed_tenants"] == ["team-a"]  # not team-c
+        assert seen["default"]["allowed_tenants"] is None
+        gone = a.get("/v1/pools/closed")
+        assert (gone.status_code, gone.json()["error"]) == (404, "UnknownPool")
+        assert a.get("/v1/pools/private").json()["config_disagrees"] == []
