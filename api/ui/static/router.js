@@ -8,14 +8,15 @@ import { leasesPage } from "./leases.js";
 import { showLogin } from "./login.js";
 import { mapPage } from "./map.js";
 import { overviewPage } from "./overview.js";
+import { poolsPage } from "./pools.js";
 import { setCurrent, tickNow } from "./poll.js";
 import { session } from "./session.js";
 
 // A page: mount(root, arg) builds what stays and returns its state; refresh(state) fetches and
 // redraws the data. refresh runs at once and then every POLL_MS while the page is on screen.
 const PAGES = {
-  overview: overviewPage, devices: devicesPage, map: mapPage, leases: leasesPage,
-  hosts: hostsPage, events: eventsPage,
+  overview: overviewPage, pools: poolsPage, devices: devicesPage, map: mapPage,
+  leases: leasesPage, hosts: hostsPage, events: eventsPage,
 };
 
 export function route() {

@@ -1,0 +1,202 @@
+// The pools page: every pool's policy, usage and tenants' quotas. An admin creates, edits and
+// retires pools and sets quotas; each change is confirmed first and judged by the daemon, whose
+// refusal is shown as it said it (the ledger checks everything before it writes: a refused
+// change leaves the pool as it was).
+import { api } from "./api.js";
+import { confirmDialog, toast } from "./chrome.js";
+import { h } from "./dom.js";
+import { fmtBytes, fmtDuration, parseBytes } from "./format.js";
+import { tickNow } from "./poll.js";
+import { emptyState, table } from "./widgets.js";
+
+const NAME = /^[A-Za-z0-9][\w.-]{0,127}$/;
+const UNITS = [["TiB", 4], ["GiB", 3], ["MiB", 2], ["KiB", 1]];
+
+// A size as the form shows it for editing: exact (fmtBytes rounds; saving that would change it).
+function exact(n) {
+  const unit = UNITS.find(([, power]) => n >= 1024 ** power && n % 1024 ** power === 0);
+  return unit ? `${n / 1024 ** unit[1]}${unit[0]}` : String(n);
+}
+
+export const poolsPage = {
+  title: "Pools",
+  mount(root) {
+    const st = { body: h("div", { id: "pools" }, emptyState("Loading…")), editor: h("div", { id: "pool-editor" }) };
+    root.append(h("div", { class: "page-head" }, h("h1", {}, "Pools"),
+      h("button", { id: "pool-new", type: "button", onclick: () => editPool(st, null) }, "New pool")),
+    st.editor, st.body);
+    return st;
+  },
+  async refresh(st) {
+    const pools = await api("/v1/pools");
+    // Few columns, each wrapping: the policy and tenant lists grow long, laptops stay narrow.
+    const cols = ["Pool", "Capacity", "Policy", "Tenants and quotas", ""].map((label) => ({ key: label, label }));
+    st.body.replaceChildren(table(cols, pools.map((p) => poolRow(st, p))));
+  },
+};
+
+function poolRow(st, p) {
+  const disagrees = p.config_disagrees.length
+    ? h("div", { class: "warn-text", title: p.config_disagrees.map((d) => `${d.setting}: this host's file says ${JSON.stringify(d.file)}, the ledger ${JSON.stringify(d.ledger)}`).join("\n") },
+      `this host's config disagrees (${p.config_disagrees.map((d) => d.setting).join(", ")}); the ledger wins`)
+    : null;
+  const line = (field, text) => h("div", { "data-field": field }, text);
+  return h("tr", { "data-pool": p.name },
+    h("td", { class: "wrap" }, h("b", {}, p.name), p.description ? h("div", { class: "muted" }, p.description) : null, disagrees),
+    h("td", { class: "wrap" },
+      line("leased", `${fmtBytes(p.leased_bytes)} leased of ${fmtBytes(p.size)}`),
+      line("available", `${fmtBytes(p.available_bytes)} available`),
+      line("devices", `${p.devices} device${p.devices === 1 ? "" : "s"}`)),
+    h("td", { class: "wrap" },
+      line("scrub", p.scrub_on_release ? "zeroed on release" : "not scrubbed"),
+      line("isolation", p.trusted ? "trusted: whole devices shared" : "one tenant per whole device"),
+      line("ttl", `TTL ${fmtDuration(p.default_ttl_s)}, at most ${fmtDuration(p.max_ttl_s)}`),
+      line("largest", `largest lease: ${p.max_lease_size === null ? "no limit" : fmtBytes(p.max_lease_size)}`)),
+    h("td", { class: "wrap" },
+      line("tenants", p.allowed_tenants === null ? "everyone" : p.allowed_tenants.join(", ") || "nobody"),
+      h("div", { "data-field": "quotas" }, p.quotas.map((q) => h("div", { "data-tenant": q.tenant, class: "muted" },
+        `${q.tenant}: ${fmtBytes(q.leased_bytes)} of ${q.max_bytes === null ? "∞" : fmtBytes(q.max_bytes)}, `
+        + `${q.live_leases} of ${q.max_leases === null ? "∞" : q.max_leases} leases`)))),
+    h("td", { class: "actions" },
+      h("button", { type: "button", class: "small", "data-action": "edit", onclick: () => editPool(st, p) }, "Edit"),
+      h("button", { type: "button", class: "small ghost", "data-action": "quota", onclick: () => editQuota(st, p) }, "Quota"),
+      h("button", { type: "button", class: "small danger", "data-action": "retire", onclick: () => retirePool(p) }, "Retire")));
+}
+
+// One form at a time, above the table (the table is redrawn every poll; the form is not).
+function field(label, name, value, hint) {
+  return h("label", {}, label, h("input", { name, value: value ?? "", placeholder: hint || "", autocomplete: "off" }));
+}
+
+function check(label, name, on) {
+  return h("label", { class: "check" }, h("input", { type: "checkbox", name, checked: on }), label);
+}
+
+function showForm(st, title, fields, submit) {
+  const error = h("p", { class: "form-error", role: "alert", hidden: true });
+  const form = h("form", { class: "panel", id: "pool-form" }, h("h2", {}, title), h("div", { class: "fields" }, fields), error,
+    h("div", { class: "actions" },
+      h("button", { type: "button", class: "ghost", id: "pool-form-cancel", onclick: () => st.editor.replaceChildren() }, "Cancel"),
+      h("button", { type: "submit", id: "pool-form-save" }, "Save")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.hidden = true;
+    try {
+      if (await submit(new FormData(form), form)) st.editor.replaceChildren();
+    } catch (exc) {
+      if (exc.status === 401) return;
+      error.textContent = exc.message;
+      error.hidden = false;
+    }
+    tickNow();
+  });
+  st.editor.replaceChildren(form);
+  form.querySelector("input").focus();
+}
+
+function policyFrom(data, form, p) {
+  // What the form says, checked as the daemon will; throws with the first problem.
+  const int = (name) => {
+    const text = String(data.get(name)).trim();
+    if (!/^\d+$/.test(text) || Number(text) < 1) throw new Error(`${name}: a whole number of seconds, at least 1`);
+    return Number(text);
+  };
+  const size = (name, empty) => {
+    const text = String(data.get(name)).trim();
+    if (text === "") return empty;
+    const n = parseBytes(text);
+    if (Number.isNaN(n)) throw new Error(`${name}: not a size (e.g. 1GiB)`);
+    return n;
+  };
+  const tenants = String(data.get("allowed_tenants")).split(/[\s,]+/).filter(Boolean);
+  const bad = tenants.find((t) => !NAME.test(t));
+  if (bad) throw new Error(`allowed_tenants: ${bad} is not a tenant name`);
+  const policy = {
+    description: String(data.get("description")).trim(),
+    default_ttl_s: int("default_ttl_s"), max_ttl_s: int("max_ttl_s"),
+    claim_slice: size("claim_slice", p ? p.claim_slice : undefined),
+    max_lease_size: size("max_lease_size", null),
+    scrub_on_release: form.elements.scrub_on_release.checked,
+    trusted: form.elements.trusted.checked,
+    allowed_tenants: tenants.length ? tenants : null,
+  };
+  if (policy.default_ttl_s > policy.max_ttl_s) throw new Error("default_ttl_s must not exceed max_ttl_s");
+  if (policy.claim_slice === undefined) delete policy.claim_slice;
+  return policy;
+}
+
+function editPool(st, p) {
+  const fields = [
+    p ? null : field("Name", "name", "", "e.g. gpu-kv"),
+    field("Description", "description", p ? p.description : ""),
+    field("Default TTL (s)", "default_ttl_s", p ? p.default_ttl_s : 60),
+    field("Maximum TTL (s)", "max_ttl_s", p ? p.max_ttl_s : 86400),
+    field("Claim slice", "claim_slice", p ? exact(p.claim_slice) : "", "e.g. 1GiB; 0: whole devices"),
+    field("Largest lease", "max_lease_size", p && p.max_lease_size !== null ? exact(p.max_lease_size) : "", "empty: no limit"),
+    field("Tenants allowed", "allowed_tenants", p && p.allowed_tenants ? p.allowed_tenants.join(", ") : "", "empty: everyone"),
+    check("Zero released bytes before reuse", "scrub_on_release", p ? p.scrub_on_release : true),
+    check("Trusted (tenants share devices handed out whole)", "trusted", p ? p.trusted : false),
+  ];
+  showForm(st, p ? `Edit pool ${p.name}` : "New pool", fields, async (data, form) => {
+    const policy = policyFrom(data, form, p);
+    if (!p) {
+      const name = String(data.get("name")).trim();
+      if (!NAME.test(name)) throw new Error("name: letters, digits, '.', '_' or '-', starting with a letter or digit");
+      if (!await confirmDialog(`Create pool ${name}?`, summary(policy), "Create")) return false;
+      await api("/v1/pools", { method: "POST", body: { name, ...policy } });
+      toast(`Pool ${name} created.`);
+      return true;
+    }
+    const changes = Object.fromEntries(Object.entries(policy).filter(([k, v]) => JSON.stringify(v) !== JSON.stringify(p[k])));
+    if (!Object.keys(changes).length) { toast("Nothing to change."); return true; }
+    if (!await confirmDialog(`Change pool ${p.name}?`, `${summary(changes)}. Live leases keep their bytes; the next grant on every host obeys.`, "Change")) return false;
+    await api(`/v1/pools/${encodeURIComponent(p.name)}`, { method: "PATCH", body: changes });
+    toast(`Pool ${p.name} changed.`);
+    return true;
+  });
+}
+
+function summary(policy) {
+  return Object.entries(policy).map(([k, v]) => `${k}: ${v === null ? "none" : Array.isArray(v) ? v.join(", ") : v}`).join("; ");
+}
+
+function editQuota(st, p) {
+  const fields = [
+    field("Tenant", "tenant", "", "e.g. team-a"),
+    field("Bytes at most", "max_bytes", "", "e.g. 64GiB; empty: unlimited"),
+    field("Leases at most", "max_leases", "", "empty: unlimited"),
+    check("Clear the tenant's quota in this pool instead", "clear", false),
+  ];
+  showForm(st, `A tenant's quota in ${p.name}`, fields, async (data, form) => {
+    const tenant = String(data.get("tenant")).trim();
+    if (!NAME.test(tenant)) throw new Error("tenant: not a tenant name");
+    const path = `/v1/pools/${encodeURIComponent(p.name)}/quotas/${encodeURIComponent(tenant)}`;
+    if (form.elements.clear.checked) {
+      if (!await confirmDialog(`Clear ${tenant}'s quota in ${p.name}?`, "Its global quotas still hold.", "Clear")) return false;
+      await api(path, { method: "DELETE" });
+      toast(`${tenant} has no quota of its own in ${p.name}.`);
+      return true;
+    }
+    const bytesText = String(data.get("max_bytes")).trim();
+    const leasesText = String(data.get("max_leases")).trim();
+    const maxBytes = bytesText === "" ? null : parseBytes(bytesText);
+    if (Number.isNaN(maxBytes)) throw new Error("max_bytes: not a size (e.g. 64GiB)");
+    if (leasesText !== "" && !/^\d+$/.test(leasesText)) throw new Error("max_leases: a whole number");
+    const body = { max_bytes: maxBytes, max_leases: leasesText === "" ? null : Number(leasesText) };
+    if (!await confirmDialog(`Set ${tenant}'s quota in ${p.name}?`, `${body.max_bytes === null ? "unlimited bytes" : fmtBytes(body.max_bytes)}, ${body.max_leases === null ? "unlimited" : body.max_leases} leases at most. Leases it holds stay; new grants are judged against it.`, "Set quota")) return false;
+    await api(path, { method: "PUT", body });
+    toast(`${tenant}'s quota in ${p.name} set.`);
+    return true;
+  });
+}
+
+async function retirePool(p) {
+  if (!await confirmDialog(`Retire pool ${p.name}?`, "It will grant nothing and take no device; its name and history stay, and creating it again brings it back. Refused while a device is in it.", "Retire")) return;
+  try {
+    await api(`/v1/pools/${encodeURIComponent(p.name)}`, { method: "DELETE" });
+    toast(`Pool ${p.name} retired.`);
+  } catch (exc) {
+    if (exc.status !== 401) toast(`Retire ${p.name} refused: ${exc.message}`, "error");
+  }
+  tickNow();
+}

@@ -1,0 +1,146 @@
+"""The pools page: an admin creates a pool, restricts it to a tenant, sets that tenant's quota
+there and retires the pool, each after its confirmation and each checked through the API; a
+form the daemon refuses shows the refusal as the API said it and changes nothing; a cancelled
+confirmation changes nothing; the table fits a laptop's width."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.browser.conftest import LAPTOPS, Served, logged_in, overflow, screenshot
+from tests.timing import ui_wait_ms
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page, ViewportSize
+
+pytestmark = pytest.mark.slow
+
+
+def pools(served: Served) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in served.api("GET", "/v1/pools").json()}
+
+
+@pytest.fixture
+def pools_page(page: Page, served: Served) -> Page:
+    logged_in(page, served)
+    page.goto(f"{served.url}/ui/#/pools")
+    page.wait_for_selector('#page-pools tr[data-pool="default"]')
+    return page
+
+
+def answer(page: Page, title: str, ok: bool = True) -> str:
+    page.wait_for_selector("#confirm[open]")
+    assert page.inner_text("#confirm-title") == title
+    body = page.inner_text("#confirm-body")
+    page.click("#confirm-ok" if ok else "#confirm-cancel")
+    page.wait_for_selector("#confirm", state="hidden")
+    return body
+
+
+def row(page: Page, pool: str, field: str) -> str:
+    return page.inner_text(f'#page-pools tr[data-pool="{pool}"] [data-field="{field}"]')
+
+
+def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) -> None:
+    page = pools_page
+    page.click("#pool-new")
+    page.fill('#pool-form input[name="name"]', "ui-kv")
+    page.fill('#pool-form input[name="description"]', "made in the browser")
+    page.fill('#pool-form input[name="max_ttl_s"]', "3600")
+    page.click("#pool-form-save")
+    body = answer(page, "Create pool ui-kv?", ok=False)  # cancelled: nothing made
+    assert "max_ttl_s: 3600" in body
+    assert "ui-kv" not in pools(served)
+    page.click("#pool-form-save")
+    answer(page, "Create pool ui-kv?")
+    page.wait_for_selector('#page-pools tr[data-pool="ui-kv"]', timeout=ui_wait_ms())
+    made = pools(served)["ui-kv"]
+    assert (made["description"], made["max_ttl_s"], made["scrub_on_release"],
+            made["allowed_tenants"]) == ("made in the browser", 3600, True, None)
+
+    # Restrict it to a tenant and stop scrubbing: one confirmed change.
+    page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="edit"]')
+    page.fill('#pool-form input[name="allowed_tenants"]', "team-ui")
+    page.uncheck('#pool-form input[name="scrub_on_release"]')
+    page.click("#pool-form-save")
+    body = answer(page, "Change pool ui-kv?")
+    assert "allowed_tenants: team-ui" in body and "scrub_on_release: false" in body
+    page.wait_for_function("""() => {
+        const td = document.querySelector('tr[data-pool="ui-kv"] [data-field="tenants"]');
+        return td && td.textContent === "team-ui"; }""", timeout=ui_wait_ms())
+    changed = pools(served)["ui-kv"]
+    assert (changed["allowed_tenants"], changed["scrub_on_release"]) == (["team-ui"], False)
+    assert row(page, "ui-kv", "scrub") == "not scrubbed"
+    # The tenant's grant there is judged by the new policy: another tenant is refused.
+    made_token = served.api("POST", "/v1/tokens", json={"name": "ui", "role": "tenant",
+                                                        "tenant": "team-other"}).json()
+    refused = served.api("POST", "/v1/leases", token=made_token["bearer"],
+                         json={"size": 2**20, "pool": "ui-kv"})
+    assert (refused.status_code, refused.json()["error"]) == (403, "TenantNotAllowed")
+
+    # A quota for the tenant in this pool.
+    page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="quota"]')
+    page.fill('#pool-form input[name="tenant"]', "team-ui")
+    page.fill('#pool-form input[name="max_bytes"]', "64MiB")
+    page.fill('#pool-form input[name="max_leases"]', "4")
+    page.click("#pool-form-save")
+    answer(page, "Set team-ui's quota in ui-kv?")
+    page.wait_for_selector('tr[data-pool="ui-kv"] [data-field="quotas"] [data-tenant="team-ui"]',
+                           timeout=ui_wait_ms())
+    assert pools(served)["ui-kv"]["quotas"][0] == {
+        "tenant": "team-ui", "max_bytes": 64 * 2**20, "max_leases": 4, "leased_bytes": 0,
+        "live_leases": 0}
+
+    # A change the daemon refuses is shown in the form, as the API said it; nothing changes.
+    before = pools(served)["ui-kv"]
+    page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="edit"]')
+    page.fill('#pool-form input[name="claim_slice"]', "lots")
+    page.click("#pool-form-save")
+    page.wait_for_selector("#pool-form .form-error:not([hidden])")
+    assert "claim_slice" in page.inner_text("#pool-form .form-error")
+    page.click("#pool-form-cancel")
+    assert pools(served)["ui-kv"] == before
+
+    # Retiring the default pool is refused (it holds a device): the refusal is shown.
+    page.click('#page-pools tr[data-pool="default"] button[data-action="retire"]')
+    answer(page, "Retire pool default?")
+    page.wait_for_selector("#toasts .toast.error", timeout=ui_wait_ms())
+    assert "Conflict" in page.inner_text("#toasts .toast.error")
+    assert pools(served)["default"]["retired_at"] is None
+
+    page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="retire"]')
+    answer(page, "Retire pool ui-kv?")
+    page.wait_for_selector('#page-pools tr[data-pool="ui-kv"]', state="detached",
+                           timeout=ui_wait_ms())
+    assert "ui-kv" not in pools(served)
+
+
+def test_a_refusal_from_the_daemon_is_shown_in_the_form(pools_page: Page, served: Served
+                                                         ) -> None:
+    page = pools_page
+    served.api("POST", "/v1/pools", json={"name": "taken"})
+    page.click("#pool-new")
+    page.fill('#pool-form input[name="name"]', "taken")
+    page.click("#pool-form-save")
+    answer(page, "Create pool taken?")
+    page.wait_for_selector("#pool-form .form-error:not([hidden])", timeout=ui_wait_ms())
+    assert page.inner_text("#pool-form .form-error").startswith("Conflict: pool 'taken' exists")
+    served.api("DELETE", "/v1/pools/taken")
+
+
+@pytest.mark.parametrize("viewport", LAPTOPS, ids=lambda v: f"{v['width']}px")
+def test_the_pools_page_fits_a_laptop(pools_page: Page, served: Served,
+                                      viewport: ViewportSize) -> None:
+    served.api("POST", "/v1/pools", json={
+        "name": "a-rather-long-pool-name-for-kv", "description": "KV offload for the inference "
+        "fleet in rack 7, both CXL switches", "allowed_tenants": [f"team-{i}" for i in range(6)]})
+    served.api("PUT", "/v1/pools/a-rather-long-pool-name-for-kv/quotas/team-0",
+               json={"max_bytes": 2**36, "max_leases": 64})
+    pools_page.set_viewport_size(viewport)
+    pools_page.wait_for_selector('tr[data-pool="a-rather-long-pool-name-for-kv"]',
+                                 timeout=ui_wait_ms())
+    screenshot(pools_page, f"pools-{viewport['width']}.png")
+    assert overflow(pools_page) == []
+    served.api("DELETE", "/v1/pools/a-rather-long-pool-name-for-kv")
