@@ -133,6 +133,12 @@ class PoolCreate(PoolEdit):
     name: PoolName
 
 
+class DeviceMove(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device_id: Annotated[StrictInt, Field(ge=1, le=2**31, description="As /v1/devices shows.")]
+
+
 class PoolQuota(BaseModel):
     tenant: str
     max_bytes: int | None

@@ -20,6 +20,7 @@ from api.deps import LedgerDep, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.schemas import (
     ConfigDisagreement,
+    DeviceMove,
     Pool,
     PoolCreate,
     PoolEdit,
@@ -113,6 +114,16 @@ async def clear_quota(name: PoolPath, tenant: Annotated[TenantName, Path()], req
                       admin: AdminDep) -> Pool:
     """The tenant has no quota of its own in the pool any more (404 if it had none)."""
     await _submit(request, partial(pools.clear_pool_quota, name=name, tenant=tenant,
+                                   actor=admin.actor))
+    return await _read(request, admin, name)
+
+
+@router.post("/pools/{name}/devices")
+async def move_device(name: PoolPath, body: DeviceMove, request: Request,
+                      admin: AdminDep) -> Pool:
+    """Move a device into this pool (409 DeviceBusy while a lease holds bytes on it or another
+    host holds a claim on it: drain it first). It stays there across restarts."""
+    await _submit(request, partial(pools.move_device, device_id=body.device_id, name=name,
                                    actor=admin.actor))
     return await _read(request, admin, name)
 

@@ -1,9 +1,10 @@
-"""`poold pool list|show|create|set|retire|quota`: pools and their policy, administered in the
+"""`poold pool list|show|create|set|retire|move|quota`: pools and their policy, administered in the
 ledger through the daemon's API (admin), the same on every host of the ledger.
 
     poold pool create gpu-kv --max-ttl 3600 --allow team-a --allow team-b
     poold pool set gpu-kv --no-scrub --allow-everyone
     poold pool quota gpu-kv team-a --max-bytes 64GiB --max-leases 32
+    poold pool move gpu-kv 7
     poold pool retire gpu-kv
 """
 
@@ -37,6 +38,11 @@ def add_commands(sub: Any) -> None:
     retire = pool.add_parser("retire", help="retire an empty pool")
     retire.add_argument("name")
     _command(retire, lambda a: ("DELETE", f"/v1/pools/{a.name}", None, None))
+    move = pool.add_parser("move", help="move a device into the pool (drain it first)")
+    move.add_argument("name")
+    move.add_argument("device_id", type=int, help="the device's id, as `poold list devices`")
+    _command(move, lambda a: ("POST", f"/v1/pools/{a.name}/devices",
+                              {"device_id": a.device_id}, None))
     quota = pool.add_parser("quota", help="a tenant's quotas in the pool")
     quota.add_argument("name")
     quota.add_argument("tenant")

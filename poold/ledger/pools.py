@@ -21,7 +21,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from poold.errors import Conflict, InvalidRequest, UnknownPool, UnknownTenant
+from poold.errors import (
+    Conflict,
+    DeviceBusy,
+    InvalidRequest,
+    UnknownDevice,
+    UnknownPool,
+    UnknownTenant,
+)
 from poold.ledger import queries as q
 from poold.ledger.tx import Tx
 from poold.models import Device, Pool, PoolQuota, Tenant
@@ -239,6 +246,40 @@ def clear_pool_quota(tx: Tx, name: str, tenant: str, actor: str) -> None:
     _changed(tx)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_QUOTA_CHANGED, actor=actor,
                        host_id=tx.host_id, pool=name, tenant=tenant, cleared=True)
+
+
+def move_device(tx: Tx, device_id: int, name: str, actor: str) -> Device:
+    """Put a device in another pool (an explicit assignment: it stays there across restarts,
+    whatever the config's placement rules say, until it goes missing). Refused, changing
+    nothing, while a lease holds bytes on it (live, or being scrubbed) or another host holds a
+    claim on it (that host could grant there under the old pool's policy): drain it, let them
+    end. Idempotent."""
+    device = tx.session.get(Device, device_id)
+    if device is None:
+        raise UnknownDevice(f"no device {device_id}")
+    pool = _live_pool(tx.session, name)
+    if device.pool_id == pool.id:
+        return device
+    q.devices.lock_device(tx.conn, device.id)  # a grant claiming here waits, then sees the move
+    holding = q.leases.holding_leases_on_device(tx.session, device.id)
+    if holding:
+        raise DeviceBusy(f"{device.devname} holds {len(holding)} lease(s) "
+                         f"({', '.join(lease.id for lease in holding[:3])}): drain it and let "
+                         "them end, or revoke them, then move it")
+    others = sorted({c.host_id for c in q.claims.live_claims(tx.session, device_id=device.id)
+                     if c.host_id != tx.host_id})
+    if others:
+        raise DeviceBusy(f"{device.devname}: host(s) {', '.join(others)} hold claims on it; "
+                         "drain it and let their idle claims go back, then move it")
+    before = q.pools.pool_names(tx.session).get(device.pool_id)
+    device.pool_id = pool.id
+    device.updated_at = tx.now
+    tx.session.flush()
+    _changed(tx)
+    q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor=actor,
+                       host_id=tx.host_id, device_id=device.id, devname=device.devname,
+                       changed={"pool": [before, name]})
+    return device
 
 
 def _check_quota(max_bytes: int | None, max_leases: int | None) -> None:

@@ -13,12 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from poold.daemon import Daemon
-from poold.ledger.tx import Tx
-from poold.models import Base, Device, Pool
+from poold.models import Base
 from poold.types import MiB
 from tests.daemon_fixtures import serving_daemon
 
@@ -146,18 +145,64 @@ def test_refusals_change_nothing(served: Served) -> None:
             served.refused(403, "Forbidden", method, path, client=tenant, json=body)
 
 
-def test_retiring_a_pool_that_holds_a_device_is_refused(served: Served) -> None:
-    """The pool a device sits in cannot be retired, even when no daemon's config names it."""
+def device_id(served: Served, devname: str = "emu0") -> int:
+    found = [d for d in served.admin.get("/v1/devices").json() if d["devname"] == devname]
+    return int(found[0]["id"])
+
+
+def pool_of(served: Served, devname: str = "emu0") -> str:
+    found = [d for d in served.admin.get("/v1/devices").json() if d["devname"] == devname]
+    return str(found[0]["pool"])
+
+
+def test_a_device_moves_between_pools_only_when_nothing_holds_it(served: Served) -> None:
     served.admin.post("/v1/pools", json={"name": "holding"}).raise_for_status()
+    emu = device_id(served)
+    lease = served.admin.post("/v1/leases", json={"size": 2 * MiB}).json()
+    detail = served.refused(409, "DeviceBusy", "POST", "/v1/pools/holding/devices",
+                            json={"device_id": emu})
+    assert lease["id"] in detail and "drain" in detail
+    served.admin.delete(f"/v1/leases/{lease['id']}").raise_for_status()  # unscrubbed: freed
 
-
-    def move_the_device(tx: Tx) -> None:  # as moving a device will (not built yet)
-        pool_id = tx.session.scalars(select(Pool.id).where(Pool.name == "holding")).one()
-        tx.session.execute(update(Device).values(pool_id=pool_id))
-
-    served.daemon.ledger.run(move_the_device)
+    moved = served.admin.post("/v1/pools/holding/devices", json={"device_id": emu})
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["devices"] == 1 and pool_of(served) == "holding"
+    change = events(served, "device.changed")[0]
+    assert change["details"]["changed"] == {"pool": ["default", "holding"]}
+    assert change["actor"].startswith("admin:")
+    # Grants follow the device at once: the pool it left has nothing to grant from.
+    assert served.admin.post("/v1/leases", json={"size": 2 * MiB, "pool": "holding"}
+                             ).status_code == 201
+    gone = served.admin.post("/v1/leases", json={"size": 2 * MiB})
+    assert (gone.status_code, gone.json()["error"]) == (422, "LeaseTooLarge")
+    assert "no online device in pool 'default'" in gone.json()["detail"]
+    # Again: nothing to do. Unknown device, unknown or retired pool: refused, nothing changed.
+    assert served.admin.post("/v1/pools/holding/devices", json={"device_id": emu}
+                             ).status_code == 200
+    served.refused(404, "UnknownDevice", "POST", "/v1/pools/default/devices",
+                   json={"device_id": 999_999})
+    served.refused(404, "UnknownPool", "POST", "/v1/pools/nowhere/devices",
+                   json={"device_id": emu})
+    served.refused(422, "ValidationError", "POST", "/v1/pools/default/devices",
+                   json={"device_id": "1"})
     detail = served.refused(409, "Conflict", "DELETE", "/v1/pools/holding")
     assert "emu0" in detail and "move them out" in detail
+
+
+def test_a_moved_device_stays_in_its_pool_across_a_restart(tmp_path: Path,
+                                                            ledger_url: str) -> None:
+    settings: dict[str, Any] = {"auth": "token", "database_url": ledger_url,
+                                "emulate_size": 64 * MiB}
+    with serving_daemon(tmp_path, **settings) as (daemon, url):
+        served = Served(daemon, url, tmp_path)
+        served.admin.post("/v1/pools", json={"name": "kept"}).raise_for_status()
+        served.admin.post("/v1/pools/kept/devices", json={"device_id": device_id(served)}
+                          ).raise_for_status()
+        served.admin.close()
+    with serving_daemon(tmp_path, **settings) as (daemon, url):
+        served = Served(daemon, url, tmp_path)
+        assert pool_of(served) == "kept"  # the config's rule (default_pool) does not undo it
+        served.admin.close()
 
 
 def test_grants_obey_the_pools_policy(served: Served) -> None:

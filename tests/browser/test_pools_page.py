@@ -144,3 +144,74 @@ def test_the_pools_page_fits_a_laptop(pools_page: Page, served: Served,
     screenshot(pools_page, f"pools-{viewport['width']}.png")
     assert overflow(pools_page) == []
     served.api("DELETE", "/v1/pools/a-rather-long-pool-name-for-kv")
+
+
+def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) -> None:
+    """The operator's whole flow: a pool made, a device moved in, restricted to a tenant whose
+    token leases there through the API, the lease on the memory map, the token revoked, the
+    device moved back and the pool retired; each step checked through the API."""
+    page = pools_page
+    page.click("#pool-new")
+    page.fill('#pool-form input[name="name"]', "flow")
+    page.click("#pool-form-save")
+    answer(page, "Create pool flow?")
+    page.wait_for_selector('#page-pools tr[data-pool="flow"]', timeout=ui_wait_ms())
+
+    def move(pool: str, devname: str) -> None:
+        page.click(f'#page-pools tr[data-pool="{pool}"] button[data-action="move"]')
+        page.wait_for_selector('#pool-form select[name="device_id"]')
+        page.select_option('#pool-form select[name="device_id"]',
+                           label=next(o for o in page.eval_on_selector_all(
+                               '#pool-form option', "os => os.map(o => o.textContent)")
+                                      if o.startswith(f"{devname} ")))
+        page.click("#pool-form-save")
+        answer(page, f"Move {devname} into {pool}?")
+        page.wait_for_function(
+            """([pool, n]) => { const tr = document.querySelector(`tr[data-pool="${pool}"]`);
+                return tr && tr.querySelector('[data-field="devices"]').textContent === n; }""",
+            arg=[pool, "1 device"], timeout=ui_wait_ms())
+
+    move("flow", "emu0")
+    emu = next(d for d in served.api("GET", "/v1/devices").json() if d["devname"] == "emu0")
+    assert emu["pool"] == "flow"
+
+    page.click('#page-pools tr[data-pool="flow"] button[data-action="edit"]')
+    page.fill('#pool-form input[name="allowed_tenants"]', "team-flow")
+    page.click("#pool-form-save")
+    answer(page, "Change pool flow?")
+    page.wait_for_function("""() => document.querySelector(
+        'tr[data-pool="flow"] [data-field="tenants"]').textContent === "team-flow" """,
+                           timeout=ui_wait_ms())
+    assert pools(served)["flow"]["allowed_tenants"] == ["team-flow"]
+
+    token = served.api("POST", "/v1/tokens", json={"name": "flow", "role": "tenant",
+                                                   "tenant": "team-flow"}).json()
+    lease = served.api("POST", "/v1/leases", token=token["bearer"],
+                       json={"size": 4 * 2**20, "pool": "flow", "ttl_s": 600})
+    assert lease.status_code == 201 and lease.json()["device"] == "emu0"
+    page.goto(f"{served.url}/ui/#/map/{emu['id']}")
+    page.wait_for_selector(f'.extent.lease[data-lease="{lease.json()["id"]}"]',
+                           timeout=ui_wait_ms())
+
+    served.api("DELETE", f"/v1/tokens/{token['id']}").raise_for_status()
+    refused = served.api("POST", "/v1/leases", token=token["bearer"],
+                         json={"size": 2**20, "pool": "flow"})
+    assert refused.status_code == 401
+    served.api("DELETE", f"/v1/leases/{lease.json()['id']}").raise_for_status()
+
+    page.goto(f"{served.url}/ui/#/pools")
+    page.wait_for_selector('#page-pools tr[data-pool="flow"]')
+    # The device holds a lease until its scrub ends; the move waits for that.
+    until_free = ui_wait_ms()
+    page.wait_for_function(f"""async () => {{
+        const r = await fetch("{served.url}/v1/devices/{emu['id']}/extents",
+            {{ headers: {{ authorization: "Bearer {served.admin_token}" }} }});
+        return (await r.json()).leases.length === 0; }}""", timeout=until_free)
+    move("default", "emu0")
+    assert next(d for d in served.api("GET", "/v1/devices").json()
+                if d["devname"] == "emu0")["pool"] == "default"
+    page.click('#page-pools tr[data-pool="flow"] button[data-action="retire"]')
+    answer(page, "Retire pool flow?")
+    page.wait_for_selector('#page-pools tr[data-pool="flow"]', state="detached",
+                           timeout=ui_wait_ms())
+    assert "flow" not in pools(served)

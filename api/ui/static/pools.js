@@ -60,6 +60,7 @@ function poolRow(st, p) {
     h("td", { class: "actions" },
       h("button", { type: "button", class: "small", "data-action": "edit", onclick: () => editPool(st, p) }, "Edit"),
       h("button", { type: "button", class: "small ghost", "data-action": "quota", onclick: () => editQuota(st, p) }, "Quota"),
+      h("button", { type: "button", class: "small ghost", "data-action": "move", onclick: () => moveDevice(st, p) }, "Move a device here"),
       h("button", { type: "button", class: "small danger", "data-action": "retire", onclick: () => retirePool(p) }, "Retire")));
 }
 
@@ -91,7 +92,7 @@ function showForm(st, title, fields, submit) {
     tickNow();
   });
   st.editor.replaceChildren(form);
-  form.querySelector("input").focus();
+  form.querySelector("input, select").focus();
 }
 
 function policyFrom(data, form, p) {
@@ -186,6 +187,20 @@ function editQuota(st, p) {
     if (!await confirmDialog(`Set ${tenant}'s quota in ${p.name}?`, `${body.max_bytes === null ? "unlimited bytes" : fmtBytes(body.max_bytes)}, ${body.max_leases === null ? "unlimited" : body.max_leases} leases at most. Leases it holds stay; new grants are judged against it.`, "Set quota")) return false;
     await api(path, { method: "PUT", body });
     toast(`${tenant}'s quota in ${p.name} set.`);
+    return true;
+  });
+}
+
+async function moveDevice(st, p) {
+  const devices = (await api("/v1/devices")).filter((d) => d.pool !== p.name && d.state !== "missing");
+  if (!devices.length) { toast(`Every present device is in ${p.name} already.`); return; }
+  const select = h("select", { name: "device_id" }, devices.map((d) => h("option", { value: d.id },
+    `${d.devname} on ${d.host || "every host (shared)"}: ${fmtBytes(d.size)}, in ${d.pool}, ${d.live_leases} live lease(s)`)));
+  showForm(st, `Move a device into ${p.name}`, [h("label", {}, "Device", select)], async (data) => {
+    const device = devices.find((d) => String(d.id) === String(data.get("device_id")));
+    if (!await confirmDialog(`Move ${device.devname} into ${p.name}?`, `From ${device.pool}. Refused while a lease holds bytes on it or another host holds a claim on it: drain it first and let them end. It stays in ${p.name} across restarts.`, "Move")) return false;
+    await api(`/v1/pools/${encodeURIComponent(p.name)}/devices`, { method: "POST", body: { device_id: device.id } });
+    toast(`${device.devname} moved into ${p.name}.`);
     return true;
   });
 }
