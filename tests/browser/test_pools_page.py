@@ -46,14 +46,14 @@ def row(page: Page, pool: str, field: str) -> str:
 def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) -> None:
     page = pools_page
     page.click("#pool-new")
-    page.fill('#pool-form input[name="name"]', "ui-kv")
-    page.fill('#pool-form input[name="description"]', "made in the browser")
-    page.fill('#pool-form input[name="max_ttl_s"]', "3600")
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="name"]', "ui-kv")
+    page.fill('#page-form input[name="description"]', "made in the browser")
+    page.fill('#page-form input[name="max_ttl_s"]', "3600")
+    page.click("#page-form-save")
     body = answer(page, "Create pool ui-kv?", ok=False)  # cancelled: nothing made
     assert "max_ttl_s: 3600" in body
     assert "ui-kv" not in pools(served)
-    page.click("#pool-form-save")
+    page.click("#page-form-save")
     answer(page, "Create pool ui-kv?")
     page.wait_for_selector('#page-pools tr[data-pool="ui-kv"]', timeout=ui_wait_ms())
     made = pools(served)["ui-kv"]
@@ -62,9 +62,9 @@ def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) ->
 
     # Restrict it to a tenant and stop scrubbing: one confirmed change.
     page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="edit"]')
-    page.fill('#pool-form input[name="allowed_tenants"]', "team-ui")
-    page.uncheck('#pool-form input[name="scrub_on_release"]')
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="allowed_tenants"]', "team-ui")
+    page.uncheck('#page-form input[name="scrub_on_release"]')
+    page.click("#page-form-save")
     body = answer(page, "Change pool ui-kv?")
     assert "allowed_tenants: team-ui" in body and "scrub_on_release: false" in body
     page.wait_for_function("""() => {
@@ -82,10 +82,10 @@ def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) ->
 
     # A quota for the tenant in this pool.
     page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="quota"]')
-    page.fill('#pool-form input[name="tenant"]', "team-ui")
-    page.fill('#pool-form input[name="max_bytes"]', "64MiB")
-    page.fill('#pool-form input[name="max_leases"]', "4")
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="tenant"]', "team-ui")
+    page.fill('#page-form input[name="max_bytes"]', "64MiB")
+    page.fill('#page-form input[name="max_leases"]', "4")
+    page.click("#page-form-save")
     answer(page, "Set team-ui's quota in ui-kv?")
     page.wait_for_selector('tr[data-pool="ui-kv"] [data-field="quotas"] [data-tenant="team-ui"]',
                            timeout=ui_wait_ms())
@@ -96,11 +96,11 @@ def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) ->
     # A change the daemon refuses is shown in the form, as the API said it; nothing changes.
     before = pools(served)["ui-kv"]
     page.click('#page-pools tr[data-pool="ui-kv"] button[data-action="edit"]')
-    page.fill('#pool-form input[name="claim_slice"]', "lots")
-    page.click("#pool-form-save")
-    page.wait_for_selector("#pool-form .form-error:not([hidden])")
-    assert "claim_slice" in page.inner_text("#pool-form .form-error")
-    page.click("#pool-form-cancel")
+    page.fill('#page-form input[name="claim_slice"]', "lots")
+    page.click("#page-form-save")
+    page.wait_for_selector("#page-form .form-error:not([hidden])")
+    assert "claim_slice" in page.inner_text("#page-form .form-error")
+    page.click("#page-form-cancel")
     assert pools(served)["ui-kv"] == before
 
     # Retiring the default pool is refused (it holds a device): the refusal is shown.
@@ -122,11 +122,11 @@ def test_a_refusal_from_the_daemon_is_shown_in_the_form(pools_page: Page, served
     page = pools_page
     served.api("POST", "/v1/pools", json={"name": "taken"})
     page.click("#pool-new")
-    page.fill('#pool-form input[name="name"]', "taken")
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="name"]', "taken")
+    page.click("#page-form-save")
     answer(page, "Create pool taken?")
-    page.wait_for_selector("#pool-form .form-error:not([hidden])", timeout=ui_wait_ms())
-    assert page.inner_text("#pool-form .form-error").startswith("Conflict: pool 'taken' exists")
+    page.wait_for_selector("#page-form .form-error:not([hidden])", timeout=ui_wait_ms())
+    assert page.inner_text("#page-form .form-error").startswith("Conflict: pool 'taken' exists")
     served.api("DELETE", "/v1/pools/taken")
 
 
@@ -152,19 +152,19 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
     device moved back and the pool retired; each step checked through the API."""
     page = pools_page
     page.click("#pool-new")
-    page.fill('#pool-form input[name="name"]', "flow")
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="name"]', "flow")
+    page.click("#page-form-save")
     answer(page, "Create pool flow?")
     page.wait_for_selector('#page-pools tr[data-pool="flow"]', timeout=ui_wait_ms())
 
     def move(pool: str, devname: str) -> None:
         page.click(f'#page-pools tr[data-pool="{pool}"] button[data-action="move"]')
-        page.wait_for_selector('#pool-form select[name="device_id"]')
-        page.select_option('#pool-form select[name="device_id"]',
+        page.wait_for_selector('#page-form select[name="device_id"]')
+        page.select_option('#page-form select[name="device_id"]',
                            label=next(o for o in page.eval_on_selector_all(
-                               '#pool-form option', "os => os.map(o => o.textContent)")
+                               '#page-form option', "os => os.map(o => o.textContent)")
                                       if o.startswith(f"{devname} ")))
-        page.click("#pool-form-save")
+        page.click("#page-form-save")
         answer(page, f"Move {devname} into {pool}?")
         page.wait_for_function(
             """([pool, n]) => { const tr = document.querySelector(`tr[data-pool="${pool}"]`);
@@ -176,8 +176,8 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
     assert emu["pool"] == "flow"
 
     page.click('#page-pools tr[data-pool="flow"] button[data-action="edit"]')
-    page.fill('#pool-form input[name="allowed_tenants"]', "team-flow")
-    page.click("#pool-form-save")
+    page.fill('#page-form input[name="allowed_tenants"]', "team-flow")
+    page.click("#page-form-save")
     answer(page, "Change pool flow?")
     page.wait_for_function("""() => document.querySelector(
         'tr[data-pool="flow"] [data-field="tenants"]').textContent === "team-flow" """,

@@ -13,6 +13,11 @@ const leaseView = {
   sort: { key: "granted_at", dir: -1 },
 };
 
+// Another page sends the admin here showing some leases only (a tenant's, say).
+export function showLeasesMatching(filters) {
+  Object.assign(leaseView.filters, { state: "", pool: "", host: "", tenant: "", label: "", q: "" }, filters);
+}
+
 function leaseMatches(l, f) {
   if (f.state && l.state !== f.state) return false;
   if (f.pool && l.pool !== f.pool) return false;

@@ -6,6 +6,7 @@ import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
 import { fmtBytes, fmtDuration, parseBytes } from "./format.js";
+import { check, field, showForm } from "./forms.js";
 import { tickNow } from "./poll.js";
 import { emptyState, table } from "./widgets.js";
 
@@ -64,37 +65,6 @@ function poolRow(st, p) {
       h("button", { type: "button", class: "small danger", "data-action": "retire", onclick: () => retirePool(p) }, "Retire")));
 }
 
-// One form at a time, above the table (the table is redrawn every poll; the form is not).
-function field(label, name, value, hint) {
-  return h("label", {}, label, h("input", { name, value: value ?? "", placeholder: hint || "", autocomplete: "off" }));
-}
-
-function check(label, name, on) {
-  return h("label", { class: "check" }, h("input", { type: "checkbox", name, checked: on }), label);
-}
-
-function showForm(st, title, fields, submit) {
-  const error = h("p", { class: "form-error", role: "alert", hidden: true });
-  const form = h("form", { class: "panel", id: "pool-form" }, h("h2", {}, title), h("div", { class: "fields" }, fields), error,
-    h("div", { class: "actions" },
-      h("button", { type: "button", class: "ghost", id: "pool-form-cancel", onclick: () => st.editor.replaceChildren() }, "Cancel"),
-      h("button", { type: "submit", id: "pool-form-save" }, "Save")));
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    error.hidden = true;
-    try {
-      if (await submit(new FormData(form), form)) st.editor.replaceChildren();
-    } catch (exc) {
-      if (exc.status === 401) return;
-      error.textContent = exc.message;
-      error.hidden = false;
-    }
-    tickNow();
-  });
-  st.editor.replaceChildren(form);
-  form.querySelector("input, select").focus();
-}
-
 function policyFrom(data, form, p) {
   // What the form says, checked as the daemon will; throws with the first problem.
   const int = (name) => {
@@ -138,7 +108,7 @@ function editPool(st, p) {
     check("Zero released bytes before reuse", "scrub_on_release", p ? p.scrub_on_release : true),
     check("Trusted (tenants share devices handed out whole)", "trusted", p ? p.trusted : false),
   ];
-  showForm(st, p ? `Edit pool ${p.name}` : "New pool", fields, async (data, form) => {
+  showForm(st.editor, p ? `Edit pool ${p.name}` : "New pool", fields, async (data, form) => {
     const policy = policyFrom(data, form, p);
     if (!p) {
       const name = String(data.get("name")).trim();
@@ -168,7 +138,7 @@ function editQuota(st, p) {
     field("Leases at most", "max_leases", "", "empty: unlimited"),
     check("Clear the tenant's quota in this pool instead", "clear", false),
   ];
-  showForm(st, `A tenant's quota in ${p.name}`, fields, async (data, form) => {
+  showForm(st.editor, `A tenant's quota in ${p.name}`, fields, async (data, form) => {
     const tenant = String(data.get("tenant")).trim();
     if (!NAME.test(tenant)) throw new Error("tenant: not a tenant name");
     const path = `/v1/pools/${encodeURIComponent(p.name)}/quotas/${encodeURIComponent(tenant)}`;
@@ -196,7 +166,7 @@ async function moveDevice(st, p) {
   if (!devices.length) { toast(`Every present device is in ${p.name} already.`); return; }
   const select = h("select", { name: "device_id" }, devices.map((d) => h("option", { value: d.id },
     `${d.devname} on ${d.host || "every host (shared)"}: ${fmtBytes(d.size)}, in ${d.pool}, ${d.live_leases} live lease(s)`)));
-  showForm(st, `Move a device into ${p.name}`, [h("label", {}, "Device", select)], async (data) => {
+  showForm(st.editor, `Move a device into ${p.name}`, [h("label", {}, "Device", select)], async (data) => {
     const device = devices.find((d) => String(d.id) === String(data.get("device_id")));
     if (!await confirmDialog(`Move ${device.devname} into ${p.name}?`, `From ${device.pool}. Refused while a lease holds bytes on it or another host holds a claim on it: drain it first and let them end. It stays in ${p.name} across restarts.`, "Move")) return false;
     await api(`/v1/pools/${encodeURIComponent(p.name)}/devices`, { method: "POST", body: { device_id: device.id } });

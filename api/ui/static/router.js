@@ -11,12 +11,15 @@ import { overviewPage } from "./overview.js";
 import { poolsPage } from "./pools.js";
 import { setCurrent, tickNow } from "./poll.js";
 import { session } from "./session.js";
+import { tenantsPage } from "./tenants.js";
+import { tokensPage } from "./tokens.js";
 
 // A page: mount(root, arg) builds what stays and returns its state; refresh(state) fetches and
 // redraws the data. refresh runs at once and then every POLL_MS while the page is on screen.
 const PAGES = {
   overview: overviewPage, pools: poolsPage, devices: devicesPage, map: mapPage,
-  leases: leasesPage, hosts: hostsPage, events: eventsPage,
+  leases: leasesPage, hosts: hostsPage, tenants: tenantsPage, tokens: tokensPage,
+  events: eventsPage,
 };
 
 export function route() {
