@@ -37,6 +37,10 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # topology to show; its dax0.0 makes a second pool, "cxl". The emulated device takes most leases.
 SYSFS_TREE = "sysfs-b-cxl1-region-devdax"
 EMULATED = "emu0"
+# The served host as a real one is: known by a machine id of 32 hex digits, named by its host
+# name; the pages show the name, with the id on hover (and the laptop-width tests see both).
+HOST_ID = "4c1f0e9a2b7d48e6a3c5f1d2e8b9a0c7"
+HOST_NAME = "node-a1"
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -80,7 +84,8 @@ def serve(tmp: pytest.TempPathFactory, tree: str | None = SYSFS_TREE, state: Pat
     port, emulate_uid, ...). "cxl" is a trusted pool, so the pages show several tenants' leases
     on one whole dax device."""
     state = state or tmp.mktemp("ui-daemon")
-    defaults: dict[str, Any] = {"watch_udev": False, "auth": "token",
+    defaults: dict[str, Any] = {"watch_udev": False, "auth": "token", "host_id": HOST_ID,
+                                "host_name": HOST_NAME,
                                 "device_pools": {"dax*": "cxl"}, "trusted_pools": ["cxl"]}
     if tree is None:
         defaults["discover_dax"] = False

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from poold.types import MiB
-from tests.browser.conftest import Cluster, human, logged_in
+from tests.browser.conftest import HOST_ID, Cluster, human, logged_in
 from tests.browser.peers import BEAT_S
 from tests.timing import UI_POLL_S, tolerance, ui_wait_ms
 
@@ -69,7 +69,7 @@ def test_a_second_host_and_a_lost_host(page: Page, cluster: Cluster) -> None:
                                         "el => el.className")
     assert "lost" in badge
 
-    serving = cells(admin_page, "test-host")
+    serving = cells(admin_page, HOST_ID)
     assert serving[1] == "up" and heartbeat_s(serving[2]) <= FRESH_S and " of " in serving[8]
 
     # Live: the peer keeps beating, so its age stays small while the page refreshes itself.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from poold.types import MiB
-from tests.browser.conftest import Cluster, logged_in
+from tests.browser.conftest import HOST_ID, HOST_NAME, Cluster, logged_in
 from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
@@ -93,11 +93,14 @@ def test_filter_by_pool(leases_page: Page, cluster: Cluster, leases: list[str]) 
 def test_filter_by_host(leases_page: Page, cluster: Cluster, leases: list[str]) -> None:
     hosts = leases_page.eval_on_selector_all("#filter-host option",
                                              "options => options.map((o) => o.value)")
-    assert hosts == ["", "host-b", "test-host"]
+    assert hosts == ["", HOST_ID, "host-b"]  # ids, shown by name
+    names = leases_page.eval_on_selector_all("#filter-host option",
+                                             "options => options.map((o) => o.textContent)")
+    assert names == ["all", HOST_NAME, "host-b"]
     leases_page.select_option("#filter-host", "host-b")
     assert expect(leases_page, cluster, lambda x: x["host"] == "host-b") == set(leases[2:4])
-    leases_page.select_option("#filter-host", "test-host")
-    mine = expect(leases_page, cluster, lambda x: x["host"] == "test-host")
+    leases_page.select_option("#filter-host", label=HOST_NAME)
+    mine = expect(leases_page, cluster, lambda x: x["host"] == HOST_ID)
     assert {leases[0], leases[1], leases[4]} <= mine
     leases_page.select_option("#filter-host", "")
 

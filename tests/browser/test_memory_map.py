@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from poold.types import MiB
-from tests.browser.conftest import Cluster, human, logged_in
+from tests.browser.conftest import HOST_ID, HOST_NAME, Cluster, human, logged_in
 from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
@@ -76,11 +76,12 @@ def test_colours_by_tenant_and_by_host(page: Page, cluster: Cluster) -> None:
     assert by_host[a_here] != by_host[a_there]
     assert by_host != by_tenant
     legend = page.inner_text("#memory-map .legend")
-    assert "host test-host" in legend and "host host-b" in legend
+    assert f"host {HOST_NAME}" in legend and "host host-b" in legend
+    assert HOST_ID not in legend  # the name, not the machine id
     # A host's claims are drawn in its colour too.
     claims = served.api("GET", f"/v1/devices/{device}/extents").json()["claims"]
     claimed = claim_colours(page, claims)
-    assert claimed["test-host"] == {by_host[a_here]} and claimed["host-b"] == {by_host[a_there]}
+    assert claimed[HOST_ID] == {by_host[a_here]} and claimed["host-b"] == {by_host[a_there]}
 
     page.select_option("#map-colour", "tenant")  # and back
     page.wait_for_selector("#memory-map >> text=Leases, by tenant", timeout=ui_wait_ms())
@@ -106,7 +107,7 @@ def test_a_clicked_lease_shows_holder_size_age_expiry_and_generation(
     shown = details(page)
     after = datetime.now(UTC)
     assert shown["id"] == lease["id"]
-    assert (shown["tenant"], shown["host"]) == ("team-details", "test-host")  # the holder
+    assert (shown["tenant"], shown["host"]) == ("team-details", f"{HOST_NAME} ({HOST_ID})")
     assert shown["size"] == human(10 * MiB)
     assert shown["generation"] == str(lease["generation"])
     assert shown["state"] == "active" and shown["labels"] == "job=map"
@@ -118,3 +119,18 @@ def test_a_clicked_lease_shows_holder_size_age_expiry_and_generation(
     served.api("POST", f"/v1/leases/{lease['id']}/revoke")
     page.wait_for_selector("#map-details >> text=The selected lease has ended.",
                            timeout=ui_wait_ms())
+
+
+def test_expiry_is_told_by_the_ledgers_clock_when_the_browsers_is_off(
+        page: Page, cluster: Cluster) -> None:
+    """The browser's clock an hour slow: the page reads the daemon's from its Date headers, so
+    a lease granted for 15 min still shows about 15 min left, and an age of seconds."""
+    served = cluster.served
+    lease = served.grant(4 * MiB, tenant="team-clock", ttl_s=900)
+    page.clock.install(time=datetime.now(UTC) - timedelta(hours=1))
+    logged_in(page, served)
+    page.goto(f"{served.url}/ui/#/map/{lease['device_id']}")
+    page.click(f'.extent.lease[data-lease="{lease["id"]}"]', timeout=ui_wait_ms())
+    shown = details(page)
+    assert shown["expires"].startswith("in ") and 800 <= seconds(shown["expires"]) <= 900
+    assert seconds(shown["age"]) < 100, shown["age"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from poold.types import MiB
-from tests.browser.conftest import Served, human, log_in, screenshot
+from tests.browser.conftest import HOST_ID, Served, human, log_in, screenshot
 from tests.timing import patience, ui_wait_ms, until
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def test_drain_and_undrain_from_the_devices_page(admin_page: Page, served: Serve
 
 def test_hosts_page_shows_heartbeat_and_memory(admin_page: Page, served: Served) -> None:
     admin_page.goto(f"{served.url}/ui/#/hosts")
-    row = admin_page.wait_for_selector('#hosts tr[data-host="test-host"]')
+    row = admin_page.wait_for_selector(f'#hosts tr[data-host="{HOST_ID}"]')
     assert row is not None
     text = row.inner_text()
     assert "up" in text and "ago" in text and "of" in text  # memory "used of total"

@@ -36,6 +36,7 @@ export async function call(path, { method = "GET", body, token = session.token }
   if (token) headers.authorization = `Bearer ${token}`;
   if (body !== undefined) headers["content-type"] = "application/json";
   let resp;
+  const sentAt = Date.now();
   try {
     resp = await fetch(API + path, {
       method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
@@ -43,7 +44,7 @@ export async function call(path, { method = "GET", body, token = session.token }
   } catch (exc) {
     throw new ApiError(0, { detail: `the daemon did not answer (${exc.message})` }, method, path);
   }
-  noteServerDate(Date.parse(resp.headers.get("date") || ""));
+  noteServerDate(Date.parse(resp.headers.get("date") || ""), sentAt, Date.now());
   const text = await resp.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text.slice(0, 300) }; }

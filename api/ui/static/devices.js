@@ -3,6 +3,7 @@ import { api } from "./api.js";
 import { DAX_NAME, drainAction } from "./device-actions.js";
 import { h } from "./dom.js";
 import { baseName, fmtBytes, pct } from "./format.js";
+import { hostCell, loadHostNames } from "./hostnames.js";
 import { kernelTables } from "./kernel.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
@@ -15,6 +16,7 @@ export const devicesPage = {
     return st;
   },
   async refresh(st) {
+    await loadHostNames();
     const [devices, topo] = await Promise.allSettled([api("/v1/devices"), api("/v1/topology")]);
     if (devices.status === "rejected") throw devices.reason;
     const topology = topo.status === "fulfilled" ? topo.value : null;
@@ -66,7 +68,7 @@ function deviceTable(devices, dax, byRegion) {
           onclick: () => drainAction(d, "drain") }, "Drain");
     return h("tr", { "data-device": d.id },
       h("td", {}, h("b", {}, d.devname), h("div", { class: "muted mono", title: d.chardev }, shortPath(d.chardev))),
-      h("td", {}, d.pool), h("td", {}, d.host ?? "shared"),
+      h("td", {}, d.pool), hostCell(d.host),
       h("td", {}, stateBadge(d.state)), h("td", {}, t ? t.mode : d.kind),
       h("td", {}, d.numa_node ?? t?.numa_node ?? t?.target_node ?? "—"),
       h("td", { class: "wrap" }, backing),

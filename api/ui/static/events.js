@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { h } from "./dom.js";
 import { ago, fmtTime, shortId } from "./format.js";
+import { hostCell, loadHostNames } from "./hostnames.js";
 import { emptyState, table } from "./widgets.js";
 
 export const eventsPage = {
@@ -17,6 +18,7 @@ export const eventsPage = {
     return st;
   },
   async refresh(st) {
+    await loadHostNames();
     const fresh = st.newest === null
       ? await api("/v1/events?limit=300")
       : await api(`/v1/events?limit=1000&after_id=${st.newest}`);
@@ -40,7 +42,7 @@ function drawEvents(st, freshIds) {
   const rows = shown.map((e) => h("tr", { "data-event": e.id, class: freshIds.has(e.id) ? "fresh" : null },
     h("td", { class: "num" }, String(e.id)), h("td", { title: ago(e.at) }, fmtTime(e.at)),
     h("td", {}, h("span", { class: `state ${e.kind.split(".")[1] || ""}` }, e.kind)),
-    h("td", {}, e.actor), h("td", {}, e.host ?? "—"),
+    h("td", {}, e.actor), hostCell(e.host, "—"),
     h("td", {}, e.device_id ? h("a", { href: `#/map/${e.device_id}` }, String(e.device_id)) : "—"),
     h("td", { class: "mono", title: e.lease_id || "" }, e.lease_id ? shortId(e.lease_id) : "—"),
     h("td", { class: "wrap mono" }, Object.entries(e.details || {})

@@ -1,7 +1,7 @@
 // The hosts page: every registered host, its heartbeat, claims, leases and measured memory.
 import { api } from "./api.js";
 import { h } from "./dom.js";
-import { ago, fmtBytes, fmtDuration, fmtTime } from "./format.js";
+import { ago, fmtBytes, fmtDuration, fmtTime, shortId } from "./format.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
 export const hostsPage = {
@@ -27,7 +27,7 @@ export const hostsPage = {
       const age = h("td", { class: x.heartbeat_age_s > 15 ? "state-late" : "" }, `${fmtDuration(x.heartbeat_age_s)} ago`);
       if (x.heartbeat_age_s > 15) age.style.color = "var(--warn)";
       return h("tr", { "data-host": x.id },
-        h("td", {}, h("b", {}, x.name), h("div", { class: "muted mono" }, x.id)),
+        h("td", { title: x.id }, h("b", {}, x.name), h("div", { class: "muted mono" }, shortId(x.id))),
         h("td", {}, stateBadge(x.state)), age,
         h("td", { title: fmtTime(x.registered_at) }, ago(x.registered_at)),
         h("td", { class: "num" }, String(x.claims)), h("td", { class: "num" }, fmtBytes(x.claimed_bytes)),

@@ -3,6 +3,7 @@ import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
 import { ago, fmtBytes, fmtExpiry, fmtTime, shortId } from "./format.js";
+import { hostCell, hostName } from "./hostnames.js";
 import { tickNow } from "./poll.js";
 import { stateBadge, table } from "./widgets.js";
 
@@ -30,6 +31,7 @@ export function leaseTable(leases, { compact = false, sort = null } = {}) {
 function leaseCell(l, key) {
   switch (key) {
     case "id": return h("td", { class: "mono", title: l.id }, shortId(l.id));
+    case "host": return hostCell(l.host, "—");
     case "tenant": return h("td", {}, l.tenant ?? h("span", { class: "muted" }, "—"));
     case "device": return h("td", {}, h("a", { href: `#/map/${l.device_id}` }, l.device));
     case "offset": return h("td", { class: "num" }, fmtBytes(l.offset));
@@ -50,7 +52,7 @@ function leaseCell(l, key) {
 async function revoke(lease) {
   const ok = await confirmDialog("Revoke this lease?",
     `Lease ${lease.id} (${fmtBytes(lease.length)} on ${lease.device}, tenant ${lease.tenant ?? "none"}, `
-    + `host ${lease.host}) ends now. Its holder learns at its next keepalive and must stop using the memory.`,
+    + `host ${hostName(lease.host)}) ends now. Its holder learns at its next keepalive and must stop using the memory.`,
     "Revoke lease");
   if (!ok) return;
   try {

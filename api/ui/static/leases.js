@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { h } from "./dom.js";
 import { labelsText } from "./format.js";
+import { hostName, loadHostNames } from "./hostnames.js";
 import { leaseTable } from "./lease-table.js";
 import { emptyState } from "./widgets.js";
 
@@ -38,9 +39,10 @@ function sortValue(l, key) {
   return l[key] ?? "";
 }
 
-function selectOf(id, label, values, current, onChange) {
+// `labelOf` names each value (a host's name for its id).
+function selectOf(id, label, values, current, onChange, labelOf = (v) => v) {
   const select = h("select", { id, onchange: () => onChange(select.value) },
-    h("option", { value: "" }, "all"), values.map((v) => h("option", { value: v }, v)));
+    h("option", { value: "" }, "all"), values.map((v) => h("option", { value: v }, labelOf(v))));
   select.value = current;
   return h("label", {}, label, select);
 }
@@ -55,6 +57,7 @@ export const leasesPage = {
     return st;
   },
   async refresh(st) {
+    await loadHostNames();
     st.data = await api("/v1/leases?limit=1000");
     drawLeases(st);
   },
@@ -77,7 +80,7 @@ function drawLeases(st) {
     st.controls.replaceChildren(
       selectOf("filter-state", "State", LEASE_STATES, f.state, set("state")),
       selectOf("filter-pool", "Pool", uniq("pool"), f.pool, set("pool")),
-      selectOf("filter-host", "Host", uniq("host"), f.host, set("host")),
+      selectOf("filter-host", "Host", uniq("host"), f.host, set("host"), hostName),
       text("tenant", "Tenant", "contains…"), text("label", "Label", "key or key=value"),
       text("q", "Lease id", "contains…"), st.count);
   }

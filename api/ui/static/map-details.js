@@ -1,10 +1,11 @@
 // The memory map's lease details: the lines of a lease's tooltip and the selected lease's panel.
 import { h } from "./dom.js";
 import { fmtBytes, fmtDuration, fmtExpiry, labelsText, secondsSince } from "./format.js";
+import { hostName } from "./hostnames.js";
 import { stateBadge } from "./widgets.js";
 
 export function leaseLines(l) {
-  return [`Lease ${l.id}`, `holder: tenant ${l.tenant ?? "(none)"} on host ${l.host}`,
+  return [`Lease ${l.id}`, `holder: tenant ${l.tenant ?? "(none)"} on host ${hostName(l.host)}`,
     `size ${fmtBytes(l.length)} at offset ${fmtBytes(l.offset)}`,
     `age ${fmtDuration(secondsSince(l.granted_at))}, expires ${fmtExpiry(l)}`,
     `generation ${l.generation}`, labelsText(l.labels) ? `labels ${labelsText(l.labels)}` : null,
@@ -21,7 +22,7 @@ export function drawDetails(st) {
   }
   const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
   st.details.replaceChildren(h("h3", {}, "Lease"), h("dl", {},
-    row("id", h("code", {}, l.id)), row("tenant", l.tenant ?? "(none)"), row("host", l.host),
+    row("id", h("code", {}, l.id)), row("tenant", l.tenant ?? "(none)"), row("host", `${hostName(l.host)} (${l.host})`),
     row("state", stateBadge(l.state)), row("size", fmtBytes(l.length)),
     row("offset", `${fmtBytes(l.offset)} (${l.offset})`), row("generation", String(l.generation)),
     row("age", fmtDuration(secondsSince(l.granted_at))), row("expires", fmtExpiry(l)),

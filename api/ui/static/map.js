@@ -4,6 +4,7 @@ import { hideTooltip, showTooltip } from "./chrome.js";
 import { coloursFor } from "./colours.js";
 import { h } from "./dom.js";
 import { ago, fmtBytes, pct } from "./format.js";
+import { hostName, loadHostNames } from "./hostnames.js";
 import { leaseTable } from "./lease-table.js";
 import { drawDetails, leaseLines } from "./map-details.js";
 import { tickNow } from "./poll.js";
@@ -25,6 +26,7 @@ export const mapPage = {
     return st;
   },
   async refresh(st) {
+    await loadHostNames();
     const devices = await api("/v1/devices");
     const ids = devices.map((d) => String(d.id)).join();
     if (st.pickerIds !== ids) {
@@ -66,7 +68,7 @@ function drawMap(st, { device, claims, leases }) {
   const claimLane = h("div", { class: "lane claims" }, claims.map((c) => {
     const el = h("div", {
       class: "extent claim", "data-claim": c.id,
-      onmousemove: (e) => showTooltip(e, [`Claim #${c.id} by host ${c.host}`,
+      onmousemove: (e) => showTooltip(e, [`Claim #${c.id} by host ${hostName(c.host)}`,
         `offset ${fmtBytes(c.offset)}, size ${fmtBytes(c.length)}`, `claimed ${ago(c.created_at)}`]),
       onmouseleave: hideTooltip,
     });
@@ -103,8 +105,8 @@ function drawMap(st, { device, claims, leases }) {
     h("div", { class: "lane-title" }, `Leases, by ${st.colourBy}`), leaseLane,
     h("div", { class: "axis" }, ticks),
     h("div", { class: "legend" },
-      keys.map((k) => h("span", {}, swatch(colourOf(k)), `${st.colourBy} ${k}`)),
-      hosts.map((k) => h("span", {}, swatch(colourOf(k), 0.55), `claim of ${k}`)),
+      keys.map((k) => h("span", {}, swatch(colourOf(k)), `${st.colourBy} ${st.colourBy === "host" ? hostName(k) : k}`)),
+      hosts.map((k) => h("span", {}, swatch(colourOf(k), 0.55), `claim of ${hostName(k)}`)),
       h("span", {}, h("span", { class: "swatch seg-free" }), "unclaimed")));
   const parts = [h("div", { class: "map-layout" }, mapCard, st.details)];
   if (!leases.length && !claims.length) {

@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { h } from "./dom.js";
 import { fmtBytes, pct } from "./format.js";
+import { hostCell, loadHostNames } from "./hostnames.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
 // The parts /v1/capacity splits a pool's or a device's bytes into, in drawing order.
@@ -44,6 +45,7 @@ export const overviewPage = {
     return { pools, devices };
   },
   async refresh(st) {
+    await loadHostNames();
     const cap = await api("/v1/capacity");
     st.pools.replaceChildren(...(cap.pools.length
       ? cap.pools.map(poolCard) : [emptyState("No pools yet: the daemon has registered none.")]));
@@ -63,7 +65,7 @@ export const overviewPage = {
     const rows = cap.devices.map((d) => h("tr", { "data-device": d.id },
       h("td", {}, h("a", { href: `#/map/${d.id}`, title: "Memory map" }, d.devname),
         h("span", { class: "muted" }, ` ${d.kind}`)),
-      h("td", {}, d.pool), h("td", {}, d.host ?? "shared"), h("td", {}, stateBadge(d.state)),
+      h("td", {}, d.pool), hostCell(d.host), h("td", {}, stateBadge(d.state)),
       h("td", { class: "num" }, d.numa_node ?? "—"),
       h("td", { class: "num" }, fmtBytes(d.bytes.size)), h("td", {}, splitBar(d.bytes, true)),
       SPLIT.map((k) => h("td", { class: "num", "data-kind": k, "data-bytes": d.bytes[k] },
