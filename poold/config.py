@@ -273,6 +273,12 @@ class Settings(BaseSettings):
         "their events and idempotency keys), renewals, released claims and events that name no "
         "lease are pruned once older, in bounded batches (a week: the audit log's reach).",
     )
+    capacity_sample_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between samples of each pool's capacity, kept in memory for an "
+        "hour: the trend the admin UI's overview draws.",
+    )
     prune_interval_s: float = Field(
         default=60.0,
         gt=0,

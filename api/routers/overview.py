@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from api.auth import OperatorDep
 from api.deps import LedgerDep
 from api.errors import ERROR_RESPONSES
+from api.history import CapacityHistory as History
 from poold.ledger.capacity import capacity
 
 router = APIRouter(prefix="/v1", tags=["inventory"], responses=ERROR_RESPONSES)
@@ -52,6 +53,32 @@ class PoolCapacity(BaseModel):
 class Capacity(BaseModel):
     pools: list[PoolCapacity]
     devices: list[DeviceCapacity]
+
+
+class CapacitySample(BaseModel):
+    at: float = Field(description="Seconds since the epoch (the sampling daemon's clock).")
+    size: int
+    leased: int
+    scrubbing: int
+    free: int = Field(description="Grantable: unclaimed, or claimed by a host and idle.")
+
+
+class CapacityHistory(BaseModel):
+    period_s: float = Field(description="Seconds between samples.")
+    window_s: float = Field(description="How far back samples are kept.")
+    pools: dict[str, list[CapacitySample]]
+
+
+@router.get("/capacity/history")
+def get_capacity_history(request: Request, _who: OperatorDep) -> CapacityHistory:
+    """Each pool's capacity over the last hour, as this daemon sampled it (in memory: a
+    restarted daemon starts a new hour)."""
+    history: History | None = getattr(request.app.state, "capacity_history", None)
+    if history is None:
+        return CapacityHistory(period_s=0, window_s=0, pools={})
+    return CapacityHistory(period_s=history.period_s, window_s=history.window_s, pools={
+        name: [CapacitySample.model_validate(asdict(s)) for s in samples]
+        for name, samples in history.pools().items()})
 
 
 @router.get("/capacity")

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -25,6 +26,7 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.auth import TokenAuthenticator
+from api.history import CapacityHistory
 from api.metrics import RECLAIM_EVENTS, Metrics, reclaim_reason
 from api.ratelimit import RateLimiter
 from api.routers.ops import ledger_problem
@@ -56,6 +58,7 @@ from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
 from poold.ledger import pools, reads, registry, retention
+from poold.ledger.capacity import capacity
 from poold.ledger.clock import LedgerClock
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
@@ -165,6 +168,8 @@ class Daemon:
                                        rate_limiter=_rate_limiter(settings))
         self.app.state.lease_backing = self.backing
         self.app.state.seed_policies = self.seed_policies
+        self.capacity_history = CapacityHistory(settings.capacity_sample_s)
+        self.app.state.capacity_history = self.capacity_history
         self.app.state.pool_template = self.seed_policies[settings.default_pool]
         if self.ops is not None:
             self.app.state.device_admin = self.ops
@@ -276,6 +281,9 @@ class Daemon:
 
         registry.reconcile_devices(tx, specs, pool_for)
 
+    def sample_capacity(self) -> None:
+        self.capacity_history.add(time.time(), self.ledger.read(capacity))
+
     def prune(self) -> Pruned:
         """Forget what ended longer than retention_s ago (poold.ledger.retention), a bounded
         batch per transaction, until a pass finds less than a batch of anything."""
@@ -316,6 +324,8 @@ class Daemon:
                  asyncio.create_task(every(min(SCRUB_POLL_S, s.reap_interval_s), "scrubber",
                                            self.scrubber.run_once))]
         tasks.append(asyncio.create_task(every(s.prune_interval_s, "retention", self.prune)))
+        tasks.append(asyncio.create_task(every(s.capacity_sample_s, "capacity-history",
+                                               self.sample_capacity)))
         if s.discover_dax:
             tasks.append(asyncio.create_task(every(s.rescan_interval_s, "rescan",
                                                    partial(self.rescan, trigger="periodic"))))

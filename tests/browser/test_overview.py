@@ -160,3 +160,14 @@ def test_every_part_of_the_split_is_shown_as_the_api_counts_it(
     capacity, on_page = wait_until_shown(page, served)
     assert {d["devname"]: d["bytes"] for d in capacity["devices"]}["emu0"]["idle"] == 12 * MiB
     assert_matches(capacity, on_page)
+
+
+def test_each_pool_shows_its_last_hour(admin_page: Page, served: Served) -> None:
+    """The daemon samples every pool (the first sample at start); each pool card draws them."""
+    for pool in ("default", "cxl"):
+        chart = admin_page.wait_for_selector(f'.card.pool[data-pool="{pool}"] svg.trend')
+        assert chart is not None
+        assert int(chart.get_attribute("data-samples") or 0) >= 1
+        assert "leased" in (chart.get_attribute("aria-label") or "")
+    history = served.api("GET", "/v1/capacity/history").json()
+    assert set(history["pools"]) == {"default", "cxl"}

@@ -3,6 +3,7 @@ import { api } from "./api.js";
 import { h } from "./dom.js";
 import { fmtBytes, pct } from "./format.js";
 import { hostCell, loadHostNames } from "./hostnames.js";
+import { trendChart } from "./trend.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
 
 // The parts /v1/capacity splits a pool's or a device's bytes into, in drawing order.
@@ -46,9 +47,9 @@ export const overviewPage = {
   },
   async refresh(st) {
     await loadHostNames();
-    const cap = await api("/v1/capacity");
+    const [cap, history] = await Promise.all([api("/v1/capacity"), api("/v1/capacity/history")]);
     st.pools.replaceChildren(...(cap.pools.length
-      ? cap.pools.map(poolCard) : [emptyState("No pools yet: the daemon has registered none.")]));
+      ? cap.pools.map((p) => poolCard(p, history)) : [emptyState("No pools yet: the daemon has registered none.")]));
     if (!cap.devices.length) {
       st.devices.replaceChildren(emptyState(
         "No devices: the daemon found no DAX device and emulation is off."));
@@ -75,7 +76,7 @@ export const overviewPage = {
   },
 };
 
-function poolCard(pool) {
+function poolCard(pool, history) {
   const b = pool.bytes;
   const notes = [`${pool.devices} device${pool.devices === 1 ? "" : "s"}`,
     `${pool.live_leases} live lease${pool.live_leases === 1 ? "" : "s"}`];
@@ -87,5 +88,7 @@ function poolCard(pool) {
     h("div", { class: "figures" }, SPLIT.map((k) => h("div", {
       class: "figure", "data-kind": k, "data-bytes": b[k],
     }, h("span", { class: `swatch seg-${k}` }), SPLIT_LABEL[k],
-    h("b", {}, fmtBytes(b[k])), h("span", { class: "share" }, `${pct(b[k], b.size).toFixed(1)} %`)))));
+    h("b", {}, fmtBytes(b[k])), h("span", { class: "share" }, `${pct(b[k], b.size).toFixed(1)} %`)))),
+    h("div", { class: "trend-wrap" }, h("div", { class: "muted" }, "The last hour"),
+      trendChart(history.pools[pool.name] || [], history.window_s || 3600, history.period_s || 30)));
 }
