@@ -7,7 +7,7 @@ unknown fields are refused, every string and map is bounded.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -101,6 +101,8 @@ class Device(BaseModel):
     tenant_scope: str | None = Field(
         default=None, description="A devdax device handed out whole, outside a trusted pool: "
         "the tenant whose leases it serves ('' for leases of no tenant); null when free.")
+    pool_assigned: bool = Field(default=False, description="Put in its pool by an admin: it "
+                                "stays there whatever the placement rules say.")
 
 
 PoolName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.-]*$")]
@@ -137,6 +139,31 @@ class DeviceMove(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     device_id: Annotated[StrictInt, Field(ge=1, le=2**31, description="As /v1/devices shows.")]
+
+
+RULE_FIELDS = ("device", "name", "identity", "numa_node", "serial")
+
+
+class PoolRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    field: Literal["device", "name", "identity", "numa_node", "serial"] = Field(description=(
+        "What the glob matches: the device's name (dax0.1), its identity (as /v1/devices "
+        "shows uid), device (either), its NUMA node, or the serial of a CXL memdev behind it."))
+    pattern: Annotated[str, Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)]
+    pool: PoolName
+
+
+class PoolRules(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: Annotated[list[PoolRule], Field(max_length=256, description="First match wins.")]
+
+
+class PoolRulesView(PoolRules):
+    config_rules: list[PoolRule] = Field(
+        default_factory=list, description="What this daemon's config file (device_pools) says; "
+        "it seeded the rules once, the ledger's win after that.")
 
 
 class PoolQuota(BaseModel):

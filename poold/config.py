@@ -171,7 +171,9 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Placement rules, first match wins: a glob on the device's name or identity "
         '-> pool name, e.g. {"dax*" = "cxl", "emu*" = "default"}. Unmatched devices join '
-        "default_pool. Applies when a device first appears.",
+        "default_pool. Applies when a device first appears. Bootstrap value: the first host to "
+        "start with rules writes them to the ledger, whose rules win after that (`poold pool "
+        "rules`).",
     )
     default_ttl_s: int = Field(
         default=60, gt=0, description="Seconds a lease lives without keepalive when none is asked."

@@ -149,6 +149,7 @@ class EventKind(StrEnum):
     POOL_CHANGED = "pool.changed"
     POOL_RETIRED = "pool.retired"
     POOL_QUOTA_CHANGED = "pool.quota_changed"
+    POOL_RULES_CHANGED = "pool.rules_changed"
     TOKEN_CREATED = "token.created"
     TOKEN_REVOKED = "token.revoked"
     TENANT_CHANGED = "tenant.changed"

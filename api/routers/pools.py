@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, status
 
-from api.auth import AdminDep, PrincipalDep
+from api.auth import AdminDep, OperatorDep, PrincipalDep
 from api.deps import LedgerDep, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.schemas import (
@@ -25,11 +25,14 @@ from api.schemas import (
     PoolCreate,
     PoolEdit,
     PoolName,
+    PoolRule,
+    PoolRules,
+    PoolRulesView,
     TenantName,
     TenantQuota,
 )
 from poold.errors import UnknownPool
-from poold.ledger import pools, reads
+from poold.ledger import membership, pools, reads
 from poold.ledger.views import PoolView
 from poold.types import GiB, Principal
 
@@ -46,6 +49,25 @@ def list_pools(ledger: LedgerDep, principal: PrincipalDep, request: Request,
                ) -> list[Pool]:
     found = ledger.read(lambda s, now: reads.pools(s, now, retired=retired))
     return [_shown(request, principal, p) for p in found if _visible(principal, p)]
+
+
+@router.get("/pool-rules")
+def get_rules(ledger: LedgerDep, request: Request, _who: OperatorDep) -> PoolRulesView:
+    """Where devices go as they appear: the first rule whose glob matches wins, else the
+    daemon's default_pool. Also what this daemon's config says (it seeded them once)."""
+    found = ledger.read(lambda s, _now: membership.rules(s))
+    config: list[membership.Rule] = getattr(request.app.state, "config_rules", [])
+    return PoolRulesView(rules=[PoolRule.model_validate(asdict(r)) for r in found],
+                         config_rules=[PoolRule.model_validate(asdict(r)) for r in config])
+
+
+@router.put("/pool-rules")
+async def set_rules(body: PoolRules, request: Request, admin: AdminDep) -> PoolRulesView:
+    """Replace the rules (in order). They place devices that appear from now on; a device
+    already in a pool stays (move it to change that)."""
+    wanted = [membership.Rule(r.field, r.pattern, r.pool) for r in body.rules]
+    await _submit(request, partial(membership.set_rules, wanted=wanted, actor=admin.actor))
+    return await asyncio.to_thread(get_rules, ledger_of(request), request, admin)
 
 
 @router.get("/pools/{name}")
@@ -123,7 +145,7 @@ async def move_device(name: PoolPath, body: DeviceMove, request: Request,
                       admin: AdminDep) -> Pool:
     """Move a device into this pool (409 DeviceBusy while a lease holds bytes on it or another
     host holds a claim on it: drain it first). It stays there across restarts."""
-    await _submit(request, partial(pools.move_device, device_id=body.device_id, name=name,
+    await _submit(request, partial(membership.move_device, device_id=body.device_id, name=name,
                                    actor=admin.actor))
     return await _read(request, admin, name)
 

@@ -1,10 +1,12 @@
-"""`poold pool list|show|create|set|retire|move|quota`: pools and their policy, administered in the
-ledger through the daemon's API (admin), the same on every host of the ledger.
+"""`poold pool list|show|create|set|retire|move|rules|quota`: pools, their policy and which
+devices they hold, administered in the ledger through the daemon's API (admin), the same on
+every host of the ledger.
 
     poold pool create gpu-kv --max-ttl 3600 --allow team-a --allow team-b
     poold pool set gpu-kv --no-scrub --allow-everyone
     poold pool quota gpu-kv team-a --max-bytes 64GiB --max-leases 32
     poold pool move gpu-kv 7
+    poold pool rules --set 'serial=0x4a*:gpu-kv' --set 'name=dax*:cxl'
     poold pool retire gpu-kv
 """
 
@@ -43,6 +45,15 @@ def add_commands(sub: Any) -> None:
     move.add_argument("device_id", type=int, help="the device's id, as `poold list devices`")
     _command(move, lambda a: ("POST", f"/v1/pools/{a.name}/devices",
                               {"device_id": a.device_id}, None))
+    rules = pool.add_parser("rules", help="placement rules: where devices go as they appear")
+    rules.add_argument("--set", dest="rule", action="append", metavar="FIELD=GLOB:POOL",
+                       type=_rule, help="replace the rules with these, in order (first match "
+                       "wins); FIELD is device, name, identity, numa_node or serial, e.g. "
+                       "name=dax1.*:cxl")
+    rules.add_argument("--clear", action="store_true", help="no rules: every new device joins "
+                       "its daemon's default_pool")
+    _command(rules, lambda a: ("GET", "/v1/pool-rules", None, None) if not (a.rule or a.clear)
+             else ("PUT", "/v1/pool-rules", {"rules": a.rule or []}, None))
     quota = pool.add_parser("quota", help="a tenant's quotas in the pool")
     quota.add_argument("name")
     quota.add_argument("tenant")
@@ -51,6 +62,15 @@ def add_commands(sub: Any) -> None:
     quota.add_argument("--clear", action="store_true",
                        help="no quota of its own in the pool (its global ones still hold)")
     _command(quota, _quota)
+
+
+def _rule(text: str) -> dict[str, str]:
+    """FIELD=GLOB:POOL (the pool after the last colon: a glob may hold colons)."""
+    field, sep, rest = text.partition("=")
+    pattern, colon, name = rest.rpartition(":")
+    if not (sep and colon and field and pattern and name):
+        raise argparse.ArgumentTypeError(f"{text!r}: write FIELD=GLOB:POOL, e.g. name=dax1.*:cxl")
+    return {"field": field, "pattern": pattern, "pool": name}
 
 
 def _policy_options(parser: argparse.ArgumentParser) -> None:

@@ -57,7 +57,8 @@ from poold.daemon.statedir import StateDir
 from poold.daemon.tasks import every
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
-from poold.ledger import pools, reads, registry, retention
+from poold.ledger import membership, pools, reads, registry, retention
+from poold.ledger import queries as q
 from poold.ledger.capacity import capacity
 from poold.ledger.clock import LedgerClock
 from poold.ledger.ledger import Ledger
@@ -89,6 +90,10 @@ class Daemon:
         # not have yet; the ledger's policy wins over them after that (poold.ledger.pools).
         self.seed_policies = seed_policies(settings)
         self._disagreements_logged: set[pools.Disagreement] = set()
+        # device_pools as placement rules: they seed the ledger's once (poold.ledger.membership).
+        self.config_rules = [membership.Rule("device", pattern, name)
+                             for pattern, name in settings.device_pools.items()]
+        self._rules_disagreement_logged = False
         try:
             self._build(settings, clock, monitor, fd_store, sysfs)
         except BaseException:  # a daemon that did not start holds nothing
@@ -168,6 +173,7 @@ class Daemon:
                                        rate_limiter=_rate_limiter(settings))
         self.app.state.lease_backing = self.backing
         self.app.state.seed_policies = self.seed_policies
+        self.app.state.config_rules = self.config_rules
         self.capacity_history = CapacityHistory(settings.capacity_sample_s)
         self.app.state.capacity_history = self.capacity_history
         self.app.state.pool_template = self.seed_policies[settings.default_pool]
@@ -273,10 +279,18 @@ class Daemon:
                                 "the ledger wins (edit the pool: poold pool set, or the file)",
                                 d.pool, d.setting, d.file, d.ledger)
 
+        rules = membership.seed_rules(tx, self.config_rules)
+        if rules != self.config_rules and self.config_rules and not self._rules_disagreement_logged:
+            self._rules_disagreement_logged = True
+            log.warning("pool.config_rules_disagree file=%s ledger=%s: the ledger's placement "
+                        "rules win (edit them: poold pool rules set, or the web UI)",
+                        self.config_rules, rules)
+        live = {p.name: p for p in q.pools.list_pools(tx.session) if p.retired_at is None}
+
         def pool_for(spec: DeviceSpec) -> Pool:
-            for pattern, name in s.device_pools.items():
-                if fnmatch(spec.devname, pattern) or fnmatch(spec.uid, pattern):
-                    return placed[name]
+            for rule in rules:
+                if rule.matches(spec) and rule.pool in live:
+                    return live[rule.pool]
             return placed[s.default_pool]
 
         registry.reconcile_devices(tx, specs, pool_for)

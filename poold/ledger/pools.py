@@ -23,15 +23,13 @@ from sqlalchemy.orm import Session
 
 from poold.errors import (
     Conflict,
-    DeviceBusy,
     InvalidRequest,
-    UnknownDevice,
     UnknownPool,
     UnknownTenant,
 )
 from poold.ledger import queries as q
 from poold.ledger.tx import Tx
-from poold.models import Device, Pool, PoolQuota, Tenant
+from poold.models import Device, Pool, PoolQuota, PoolRule, Tenant
 from poold.types import MAX_BYTES, DeviceState, EventKind, is_text
 
 NAME_PATTERN = r"^[A-Za-z0-9][\w.-]*$"  # as a tenant's: safe in a URL path and a shell
@@ -101,7 +99,8 @@ def _check_name(name: str, what: str) -> None:
                              "or '-', starting with a letter or digit")
 
 
-def _live_pool(session: Session, name: str) -> Pool:
+def live_pool(session: Session, name: str) -> Pool:
+    """The pool of that name, unless retired (UnknownPool either way)."""
     pool = q.pools.get_pool_by_name(session, name)
     if pool is None or pool.retired_at is not None:
         raise UnknownPool(f"no pool {name!r}" if pool is None else f"pool {name!r} is retired")
@@ -174,7 +173,7 @@ def edit_pool(tx: Tx, name: str, changes: dict[str, Any], actor: str) -> Pool:
     unknown = sorted(set(changes) - ({f.name for f in fields(PoolPolicy)} - {"name"}))
     if unknown:
         raise InvalidRequest(f"cannot change {', '.join(unknown)} of a pool")
-    pool = _live_pool(tx.session, name)
+    pool = live_pool(tx.session, name)
     before = PoolPolicy.of(pool)
     after = replace(before, **changes).checked()
     changed = {f.name: [getattr(before, f.name), getattr(after, f.name)]
@@ -193,8 +192,9 @@ def edit_pool(tx: Tx, name: str, changes: dict[str, Any], actor: str) -> Pool:
 def retire_pool(tx: Tx, name: str, actor: str, *, keep: frozenset[str] = frozenset()) -> Pool:
     """Retire an empty pool: it grants nothing and takes no device; its name and history stay
     (creating it again brings it back). Refused while a device (present or draining) is in it,
-    or when it is in `keep` (the pools this daemon's config places devices in)."""
-    pool = _live_pool(tx.session, name)
+    a placement rule names it, or it is in `keep` (the pools this daemon's config places
+    devices in)."""
+    pool = live_pool(tx.session, name)
     if name in keep:
         raise Conflict(f"pool {name!r} is where this host's config places devices "
                        "(default_pool or device_pools): change the config first")
@@ -203,6 +203,10 @@ def retire_pool(tx: Tx, name: str, actor: str, *, keep: frozenset[str] = frozens
     if members:
         raise Conflict(f"pool {name!r} holds {len(members)} device(s) "
                        f"({', '.join(sorted(members)[:5])}): move them out first")
+    ruled = tx.session.scalars(select(PoolRule.pattern).where(PoolRule.pool_id == pool.id)).all()
+    if ruled:
+        raise Conflict(f"placement rules send devices to pool {name!r} ({', '.join(ruled[:5])}): "
+                       "change the rules first")
     pool.retired_at = tx.now
     tx.session.flush()
     _changed(tx)
@@ -217,7 +221,7 @@ def set_pool_quota(tx: Tx, name: str, tenant: str, *, max_bytes: int | None,
     hold). A tenant unknown so far is created with the default global quotas."""
     _check_name(tenant, "tenant name")
     _check_quota(max_bytes, max_leases)
-    pool = _live_pool(tx.session, name)
+    pool = live_pool(tx.session, name)
     if tx.session.get(Tenant, tenant) is None:
         default_bytes, default_leases = tx.tenant_defaults
         tx.session.add(Tenant(name=tenant, created_at=tx.now, max_bytes=default_bytes,
@@ -237,7 +241,7 @@ def set_pool_quota(tx: Tx, name: str, tenant: str, *, max_bytes: int | None,
 
 def clear_pool_quota(tx: Tx, name: str, tenant: str, actor: str) -> None:
     """The tenant has no quota of its own in the pool any more (its global ones still hold)."""
-    pool = _live_pool(tx.session, name)
+    pool = live_pool(tx.session, name)
     quota = tx.session.get(PoolQuota, (pool.id, tenant))
     if quota is None:
         raise UnknownTenant(f"tenant {tenant!r} has no quota in pool {name!r}")
@@ -246,40 +250,6 @@ def clear_pool_quota(tx: Tx, name: str, tenant: str, actor: str) -> None:
     _changed(tx)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_QUOTA_CHANGED, actor=actor,
                        host_id=tx.host_id, pool=name, tenant=tenant, cleared=True)
-
-
-def move_device(tx: Tx, device_id: int, name: str, actor: str) -> Device:
-    """Put a device in another pool (an explicit assignment: it stays there across restarts,
-    whatever the config's placement rules say, until it goes missing). Refused, changing
-    nothing, while a lease holds bytes on it (live, or being scrubbed) or another host holds a
-    claim on it (that host could grant there under the old pool's policy): drain it, let them
-    end. Idempotent."""
-    device = tx.session.get(Device, device_id)
-    if device is None:
-        raise UnknownDevice(f"no device {device_id}")
-    pool = _live_pool(tx.session, name)
-    if device.pool_id == pool.id:
-        return device
-    q.devices.lock_device(tx.conn, device.id)  # a grant claiming here waits, then sees the move
-    holding = q.leases.holding_leases_on_device(tx.session, device.id)
-    if holding:
-        raise DeviceBusy(f"{device.devname} holds {len(holding)} lease(s) "
-                         f"({', '.join(lease.id for lease in holding[:3])}): drain it and let "
-                         "them end, or revoke them, then move it")
-    others = sorted({c.host_id for c in q.claims.live_claims(tx.session, device_id=device.id)
-                     if c.host_id != tx.host_id})
-    if others:
-        raise DeviceBusy(f"{device.devname}: host(s) {', '.join(others)} hold claims on it; "
-                         "drain it and let their idle claims go back, then move it")
-    before = q.pools.pool_names(tx.session).get(device.pool_id)
-    device.pool_id = pool.id
-    device.updated_at = tx.now
-    tx.session.flush()
-    _changed(tx)
-    q.events.add_event(tx.session, at=tx.now, kind=EventKind.DEVICE_CHANGED, actor=actor,
-                       host_id=tx.host_id, device_id=device.id, devname=device.devname,
-                       changed={"pool": [before, name]})
-    return device
 
 
 def _check_quota(max_bytes: int | None, max_leases: int | None) -> None:

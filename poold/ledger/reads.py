@@ -49,7 +49,7 @@ def _device_view(device: Device, pool: str, claimed: dict[int, tuple[int, int]],
         claimed_bytes=claimed_bytes, leased_bytes=leased_bytes,
         scrubbing_bytes=scrubbing_bytes,
         free_bytes=device.size - claimed_bytes, live_leases=live,
-        tenant_scope=device.tenant_scope,
+        tenant_scope=device.tenant_scope, pool_assigned=device.pool_assigned,
     )
 
 

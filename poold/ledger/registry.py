@@ -123,7 +123,8 @@ def _update_device(tx: Tx, device: Device, spec: DeviceSpec,
         # region hands out the same range again): placed like a new device, so it does not
         # inherit a pool its namesake was put in for another purpose (an isolated pool's).
         wanted["state"] = DeviceState.ONLINE
-        wanted["pool_id"] = place(spec).id
+        if not device.pool_assigned:  # an admin's assignment outlives an absence
+            wanted["pool_id"] = place(spec).id
     changed = {k: v for k, v in wanted.items() if getattr(device, k) != v}
     if not changed:
         return

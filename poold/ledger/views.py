@@ -172,6 +172,7 @@ class DeviceView:
     free_bytes: int
     live_leases: int
     tenant_scope: str | None = None
+    pool_assigned: bool = False  # put in its pool by an admin, not by a placement rule
 
 
 @dataclass(frozen=True, slots=True)

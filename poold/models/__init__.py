@@ -10,9 +10,10 @@ from poold.models.ledger import (
     Lease,
     Pool,
     PoolQuota,
+    PoolRule,
     Tenant,
     Token,
 )
 
 __all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "PoolQuota",
-           "Tenant", "Token", "UTCDateTime"]
+           "PoolRule", "Tenant", "Token", "UTCDateTime"]

@@ -66,6 +66,10 @@ class Device(Base):
     tenant_scope: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Put in its pool by an admin (poold.ledger.pools.move_device): it stays there, whatever the
+    # placement rules say, also when it comes back after going missing.
+    pool_assigned: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                server_default=text("false"))
 
 
 class Claim(Base):
@@ -142,6 +146,18 @@ class Tenant(Base):
     max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_leases: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PoolRule(Base):
+    """Where a new device goes: the first rule (by position) whose glob matches the device's
+    `field` (name, identity, device = name or identity, numa_node, serial) names its pool."""
+
+    __tablename__ = "pool_rules"
+
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    field: Mapped[str] = mapped_column(String(16))
+    pattern: Mapped[str] = mapped_column(String(256))
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"))
 
 
 class PoolQuota(Base):

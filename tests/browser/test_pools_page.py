@@ -215,3 +215,32 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
     page.wait_for_selector('#page-pools tr[data-pool="flow"]', state="detached",
                            timeout=ui_wait_ms())
     assert "flow" not in pools(served)
+
+
+def test_placement_rules_are_edited_on_the_page(pools_page: Page, served: Served) -> None:
+    page = pools_page
+    # The browser daemon's config (device_pools {"dax*": "cxl"}) seeded the ledger's rules.
+    page.wait_for_selector('#pool-rules tr[data-rule="0"]')
+    assert page.inner_text('#pool-rules tr[data-rule="0"]').split("\t") == [
+        "1", "device", "dax*", "cxl"]
+    page.click("#rules-edit")
+    page.fill('#page-form textarea[name="rules"]', "colour red cxl")
+    page.click("#page-form-save")
+    assert "line 1" in page.inner_text("#page-form .form-error")  # checked before asking
+    page.fill('#page-form textarea[name="rules"]', "serial 0x4a* cxl\ndevice dax* nowhere")
+    page.click("#page-form-save")
+    answer(page, "Replace the placement rules?")
+    page.wait_for_selector("#page-form .form-error:not([hidden])", timeout=ui_wait_ms())
+    assert "UnknownPool" in page.inner_text("#page-form .form-error")  # the daemon's refusal
+    assert served.api("GET", "/v1/pool-rules").json()["rules"] == [
+        {"field": "device", "pattern": "dax*", "pool": "cxl"}]  # unchanged
+    page.fill('#page-form textarea[name="rules"]', "serial 0x4a* cxl\ndevice dax* cxl")
+    page.click("#page-form-save")
+    answer(page, "Replace the placement rules?")
+    page.wait_for_selector('#pool-rules tr[data-rule="1"]', timeout=ui_wait_ms())
+    assert served.api("GET", "/v1/pool-rules").json()["rules"] == [
+        {"field": "serial", "pattern": "0x4a*", "pool": "cxl"},
+        {"field": "device", "pattern": "dax*", "pool": "cxl"}]
+    assert page.is_visible("#rules-disagree")  # the file says otherwise now
+    served.api("PUT", "/v1/pool-rules", json={"rules": [
+        {"field": "device", "pattern": "dax*", "pool": "cxl"}]}).raise_for_status()

@@ -44,7 +44,7 @@ EXPECTED: dict[str, set[str]] = {
     "device.reconfigured": {ADMIN}, "device.drained": {ADMIN}, "device.undrained": {ADMIN},
     "host.registered": {"daemon"}, "host.lost": {"reaper"}, "host.recovered": {"daemon"},
     "pool.created": {"daemon", ADMIN}, "pool.changed": {ADMIN}, "pool.retired": {ADMIN},
-    "pool.quota_changed": {ADMIN},
+    "pool.quota_changed": {ADMIN}, "pool.rules_changed": {"daemon", ADMIN},
     "token.created": {"daemon", ADMIN}, "token.revoked": {ADMIN}, "tenant.changed": {ADMIN},
 }
 HOST_TTL_S = 3.0  # host b is lost this long after it stops (no grace)
@@ -150,6 +150,11 @@ def pools_of_admin(admin: Api) -> None:
     admin("POST", "/v1/pools", {"name": "spare", "description": "for the audit"})
     admin("PATCH", "/v1/pools/spare", {"max_ttl_s": 600})
     admin("PUT", "/v1/pools/spare/quotas/team-a", {"max_bytes": 64 * MiB, "max_leases": None})
+    seeded = admin("GET", "/v1/pool-rules")["rules"]  # host a's device_pools, written once
+    assert seeded == [{"field": "device", "pattern": "dax*", "pool": "dax"}]
+    admin("PUT", "/v1/pool-rules", {"rules": [
+        *seeded, {"field": "serial", "pattern": "0x4a*", "pool": "spare"}]})
+    admin("PUT", "/v1/pool-rules", {"rules": seeded})
     admin("DELETE", "/v1/pools/spare")
 
 

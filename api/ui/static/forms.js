@@ -32,5 +32,5 @@ export function showForm(editor, title, fields, submit) {
     tickNow();
   });
   editor.replaceChildren(form);
-  form.querySelector("input, select").focus();
+  form.querySelector("input, select, textarea").focus();
 }

@@ -7,6 +7,7 @@ import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
 import { fmtBytes, fmtDuration, parseBytes } from "./format.js";
 import { check, field, showForm } from "./forms.js";
+import { drawRules, editRules } from "./pool-rules.js";
 import { tickNow } from "./poll.js";
 import { emptyState, table } from "./widgets.js";
 
@@ -22,14 +23,22 @@ function exact(n) {
 export const poolsPage = {
   title: "Pools",
   mount(root) {
-    const st = { body: h("div", { id: "pools" }, emptyState("Loading…")), editor: h("div", { id: "pool-editor" }) };
+    const st = { body: h("div", { id: "pools" }, emptyState("Loading…")), editor: h("div", { id: "pool-editor" }),
+      rules: h("div", { id: "pool-rules" }) };
     root.append(h("div", { class: "page-head" }, h("h1", {}, "Pools"),
       h("button", { id: "pool-new", type: "button", onclick: () => editPool(st, null) }, "New pool")),
-    st.editor, st.body);
+    st.editor, st.body,
+    h("div", { class: "page-head" }, h("h2", {}, "Placement rules"),
+      h("button", { id: "rules-edit", type: "button", class: "ghost", onclick: () => editRules(st) }, "Edit rules")),
+    st.rules);
     return st;
   },
   async refresh(st) {
-    const pools = await api("/v1/pools");
+    const [pools, devices, rules] = await Promise.all([api("/v1/pools"), api("/v1/devices"), api("/v1/pool-rules")]);
+    st.assigned = {};
+    for (const d of devices) if (d.pool_assigned && d.state !== "missing") st.assigned[d.pool] = (st.assigned[d.pool] || 0) + 1;
+    st.ruleList = rules.rules;
+    drawRules(st, rules);
     // Few columns, each wrapping: the policy and tenant lists grow long, laptops stay narrow.
     const cols = ["Pool", "Capacity", "Policy", "Tenants and quotas", ""].map((label) => ({ key: label, label }));
     st.body.replaceChildren(table(cols, pools.map((p) => poolRow(st, p))));
@@ -47,7 +56,8 @@ function poolRow(st, p) {
     h("td", { class: "wrap" },
       line("leased", `${fmtBytes(p.leased_bytes)} leased of ${fmtBytes(p.size)}`),
       line("available", `${fmtBytes(p.available_bytes)} available`),
-      line("devices", `${p.devices} device${p.devices === 1 ? "" : "s"}`)),
+      line("devices", `${p.devices} device${p.devices === 1 ? "" : "s"}`),
+      st.assigned && st.assigned[p.name] ? line("assigned", `${st.assigned[p.name]} put here by hand`) : null),
     h("td", { class: "wrap" },
       line("scrub", p.scrub_on_release ? "zeroed on release" : "not scrubbed"),
       line("isolation", p.trusted ? "trusted: whole devices shared" : "one tenant per whole device"),

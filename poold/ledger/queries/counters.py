@@ -13,7 +13,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import COUNTERS
-from poold.models import Claim, Lease
+from poold.models import Claim, Counter, Lease
 
 # --- ORM, the session first: off the hot path, building each query per call is affordable ---
 
@@ -28,6 +28,17 @@ def live_usage(session: Session, model: type[Claim] | type[Lease], by: Literal["
         query = query.where(Lease.expires_at > now)
     rows = session.execute(query.group_by(key))
     return {group: (int(total or 0), int(count)) for group, total, count in rows}
+
+
+def value(session: Session, name: str) -> int:
+    """A counter's value, its row locked to the end of the transaction (two hosts deciding on
+    it at once: one waits, then reads what the other wrote)."""
+    query = select(Counter.value).where(Counter.name == name).with_for_update()
+    return int(session.execute(query).scalar_one())
+
+
+def set_value(session: Session, name: str, new: int) -> None:
+    session.execute(update(Counter).where(Counter.name == name).values(value=new))
 
 
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
