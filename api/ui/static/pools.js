@@ -6,12 +6,11 @@ import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
 import { fmtBytes, fmtDuration, parseBytes } from "./format.js";
-import { check, field, showForm } from "./forms.js";
+import { NAME, check, field, quotaFrom, quotaText, showForm } from "./forms.js";
 import { drawRules, editRules } from "./pool-rules.js";
 import { tickNow } from "./poll.js";
 import { emptyState, table } from "./widgets.js";
 
-const NAME = /^[A-Za-z0-9][\w.-]{0,127}$/;
 const UNITS = [["TiB", 4], ["GiB", 3], ["MiB", 2], ["KiB", 1]];
 
 // A size as the form shows it for editing: exact (fmtBytes rounds; saving that would change it).
@@ -158,13 +157,8 @@ function editQuota(st, p) {
       toast(`${tenant} has no quota of its own in ${p.name}.`);
       return true;
     }
-    const bytesText = String(data.get("max_bytes")).trim();
-    const leasesText = String(data.get("max_leases")).trim();
-    const maxBytes = bytesText === "" ? null : parseBytes(bytesText);
-    if (Number.isNaN(maxBytes)) throw new Error("max_bytes: not a size (e.g. 64GiB)");
-    if (leasesText !== "" && !/^\d+$/.test(leasesText)) throw new Error("max_leases: a whole number");
-    const body = { max_bytes: maxBytes, max_leases: leasesText === "" ? null : Number(leasesText) };
-    if (!await confirmDialog(`Set ${tenant}'s quota in ${p.name}?`, `${body.max_bytes === null ? "unlimited bytes" : fmtBytes(body.max_bytes)}, ${body.max_leases === null ? "unlimited" : body.max_leases} leases at most. Leases it holds stay; new grants are judged against it.`, "Set quota")) return false;
+    const body = quotaFrom(data);
+    if (!await confirmDialog(`Set ${tenant}'s quota in ${p.name}?`, `${quotaText(body)}. Leases it holds stay; new grants are judged against it.`, "Set quota")) return false;
     await api(path, { method: "PUT", body });
     toast(`${tenant}'s quota in ${p.name} set.`);
     return true;

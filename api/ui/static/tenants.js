@@ -4,12 +4,10 @@
 import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
-import { field, showForm } from "./forms.js";
-import { fmtBytes, parseBytes } from "./format.js";
+import { NAME, field, quotaFrom, quotaText, showForm } from "./forms.js";
+import { fmtBytes } from "./format.js";
 import { showLeasesMatching } from "./leases.js";
 import { emptyState, table } from "./widgets.js";
-
-const NAME = /^[A-Za-z0-9][\w.-]{0,127}$/;
 
 export const tenantsPage = {
   title: "Tenants",
@@ -51,14 +49,8 @@ function editTenant(st, t) {
   showForm(st.editor, t ? `Quotas of ${t.name}` : "New tenant", fields, async (data) => {
     const name = t ? t.name : String(data.get("name")).trim();
     if (!NAME.test(name)) throw new Error("name: letters, digits, '.', '_' or '-', starting with a letter or digit");
-    const bytesText = String(data.get("max_bytes")).trim();
-    const leasesText = String(data.get("max_leases")).trim();
-    const maxBytes = bytesText === "" ? null : parseBytes(bytesText);
-    if (Number.isNaN(maxBytes)) throw new Error("max_bytes: not a size (e.g. 64GiB)");
-    if (leasesText !== "" && !/^\d+$/.test(leasesText)) throw new Error("max_leases: a whole number");
-    const body = { max_bytes: maxBytes, max_leases: leasesText === "" ? null : Number(leasesText) };
-    const what = `${body.max_bytes === null ? "unlimited bytes" : fmtBytes(body.max_bytes)}, `
-      + `${body.max_leases === null ? "unlimited" : body.max_leases} leases at most. Leases it holds stay; new grants are judged against these.`;
+    const body = quotaFrom(data);
+    const what = `${quotaText(body)}. Leases it holds stay; new grants are judged against these.`;
     if (!await confirmDialog(t ? `Change ${name}'s quotas?` : `Create tenant ${name}?`, what, t ? "Change" : "Create")) return false;
     await api(`/v1/tenants/${encodeURIComponent(name)}`, { method: "PUT", body });
     toast(t ? `${name}'s quotas changed.` : `Tenant ${name} created.`);

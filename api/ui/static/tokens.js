@@ -4,12 +4,10 @@
 import { api } from "./api.js";
 import { confirmDialog, toast } from "./chrome.js";
 import { h } from "./dom.js";
-import { field, showForm } from "./forms.js";
+import { NAME, field, showForm } from "./forms.js";
 import { ago, fmtTime } from "./format.js";
 import { tickNow } from "./poll.js";
 import { emptyState, stateBadge, table } from "./widgets.js";
-
-const NAME = /^[A-Za-z0-9][\w.-]{0,127}$/;
 
 export const tokensPage = {
   title: "Tokens",
