@@ -184,18 +184,31 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
                            timeout=ui_wait_ms())
     assert pools(served)["flow"]["allowed_tenants"] == ["team-flow"]
 
-    token = served.api("POST", "/v1/tokens", json={"name": "flow", "role": "tenant",
-                                                   "tenant": "team-flow"}).json()
-    lease = served.api("POST", "/v1/leases", token=token["bearer"],
+    # That tenant's token, made on the Tokens page: its secret shown once.
+    page.goto(f"{served.url}/ui/#/tokens")
+    page.click("#token-new")
+    page.fill('#page-form input[name="name"]', "flow-engine")
+    page.select_option('#page-form select[name="role"]', "tenant")
+    page.fill('#page-form input[name="tenant"]', "team-flow")
+    page.click("#page-form-save")
+    answer(page, "Create a tenant token for flow-engine?")
+    bearer = page.input_value("#token-made #token-secret")
+    page.click("#token-done")
+    token = next(t for t in served.api("GET", "/v1/tokens").json() if t["name"] == "flow-engine")
+    lease = served.api("POST", "/v1/leases", token=bearer,
                        json={"size": 4 * 2**20, "pool": "flow", "ttl_s": 600})
     assert lease.status_code == 201 and lease.json()["device"] == "emu0"
     page.goto(f"{served.url}/ui/#/map/{emu['id']}")
     page.wait_for_selector(f'.extent.lease[data-lease="{lease.json()["id"]}"]',
                            timeout=ui_wait_ms())
 
-    served.api("DELETE", f"/v1/tokens/{token['id']}").raise_for_status()
-    refused = served.api("POST", "/v1/leases", token=token["bearer"],
-                         json={"size": 2**20, "pool": "flow"})
+    # The token revoked on the Tokens page: the daemon refuses it.
+    page.goto(f"{served.url}/ui/#/tokens")
+    page.click(f'#page-tokens tr[data-token="{token["id"]}"] button[data-action="revoke"]')
+    answer(page, "Revoke flow-engine?")
+    page.wait_for_selector(f'#page-tokens tr[data-token="{token["id"]}"] .state.revoked',
+                           timeout=ui_wait_ms())
+    refused = served.api("POST", "/v1/leases", token=bearer, json={"size": 2**20, "pool": "flow"})
     assert refused.status_code == 401
     served.api("DELETE", f"/v1/leases/{lease.json()['id']}").raise_for_status()
 

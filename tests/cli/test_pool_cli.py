@@ -5,8 +5,11 @@ and what it refuses leaves the pool as it was.
 
 from __future__ import annotations
 
+import httpx
+
 from poold.types import GiB, MiB
 from tests.cli.served import Daemon, refusal
+from tests.timing import patience, until
 
 
 def test_an_operator_runs_a_pool_from_the_cli(daemon: Daemon) -> None:
@@ -44,3 +47,35 @@ def test_an_operator_runs_a_pool_from_the_cli(daemon: Daemon) -> None:
     assert retired["retired_at"] is not None
     assert "gpu-kv" not in [p["name"] for p in daemon.json("pool", "list")]
     assert "gpu-kv" in [p["name"] for p in daemon.json("pool", "list", "--retired")]
+
+
+def test_devices_and_rules_from_the_cli(daemon: Daemon) -> None:
+    daemon.json("pool", "create", "spare")
+    emu = next(d for d in daemon.json("list", "devices") if d["devname"] == "emu0")
+    admin = (daemon.state / "admin.token").read_text().strip()
+    lease = daemon.grant(admin, 2 * MiB).json()
+    # Moving a leased device is refused; nothing changes.
+    busy = refusal(daemon.cli("pool", "move", "spare", str(emu["id"]), ok=False))
+    assert busy["error"] == "DeviceBusy" and lease["id"] in busy["detail"]
+    assert daemon.json("pool", "show", "spare")["devices"] == 0
+    httpx.delete(f"{daemon.url}/v1/leases/{lease['id']}",
+                 headers={"Authorization": f"Bearer {admin}"}).raise_for_status()
+    until("the released lease is scrubbed", lambda: not [
+        x for x in httpx.get(f"{daemon.url}/v1/devices/{emu['id']}/extents",
+                             headers={"Authorization": f"Bearer {admin}"}).json()["leases"]],
+          patience())
+    assert daemon.json("pool", "move", "spare", str(emu["id"]))["devices"] == 1
+    moved = next(d for d in daemon.json("list", "devices") if d["devname"] == "emu0")
+    assert (moved["pool"], moved["pool_assigned"]) == ("spare", True)
+
+    rules = daemon.json("pool", "rules", "--set", "serial=0x4a*:spare", "--set",
+                        "name=dax1.*:default")
+    assert rules["rules"] == [{"field": "serial", "pattern": "0x4a*", "pool": "spare"},
+                              {"field": "name", "pattern": "dax1.*", "pool": "default"}]
+    assert daemon.json("pool", "rules")["rules"] == rules["rules"]
+    unknown = refusal(daemon.cli("pool", "rules", "--set", "name=x:nowhere", ok=False))
+    assert unknown["error"] == "UnknownPool"
+    typo = daemon.cli("pool", "rules", "--set", "name-dax", ok=False)
+    assert typo.returncode == 2 and "FIELD=GLOB:POOL" in typo.stderr
+    assert daemon.json("pool", "rules")["rules"] == rules["rules"]  # unchanged
+    assert daemon.json("pool", "rules", "--clear")["rules"] == []
