@@ -28,7 +28,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("pools") as batch:
         batch.add_column(sa.Column("description", sa.String(1024), nullable=False,
-                                   server_default=""))
+                                   server_default=sa.text("''")))
         # NULL: every tenant may lease from the pool; else a JSON list of tenant names.
         batch.add_column(sa.Column("allowed_tenants", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("retired_at", UTCDateTime(), nullable=True))

@@ -39,7 +39,7 @@ class Pool(Base):
     # serves all of them at once (else one tenant at a time: Device.tenant_scope).
     trusted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    description: Mapped[str] = mapped_column(String(1024), default="", server_default="")
+    description: Mapped[str] = mapped_column(String(1024), default="", server_default=text("''"))
     # None: every tenant may lease from it; else the names of those who may.
     allowed_tenants: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     # A retired pool grants nothing and takes no device; its name and history stay.

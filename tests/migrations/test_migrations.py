@@ -18,8 +18,8 @@ from sqlalchemy import Connection, create_engine, inspect, pool, text
 from poold import db
 from poold.models import Base
 
-LEDGER_TABLES = {"hosts", "pools", "devices", "claims", "leases", "events", "counters", "tenants",
-                 "tokens"}
+LEDGER_TABLES = {"hosts", "pools", "pool_quotas", "pool_rules", "devices", "claims", "leases",
+                 "events", "counters", "tenants", "tokens"}
 
 
 @contextmanager
@@ -160,3 +160,31 @@ def test_0005_qualifies_host_local_device_keys_with_their_host(ledger_url: str) 
         "cxl:0x1/0x0+0x0", "emulated:/shared/file"]  # shared: no host to qualify with
     db.downgrade(ledger_url, "0004")
     assert device_uids(ledger_url) == before
+
+
+def test_0008_keeps_pools_and_devices_as_they_were(ledger_url: str) -> None:
+    """A ledger written before 0008 keeps its pools' policy (every tenant admitted, no
+    description, not retired) and devices (placed by rules, not by hand); the catalog version
+    starts at 0 and the rules are not seeded yet (the next start with device_pools writes
+    them)."""
+    db.upgrade(ledger_url, "0007")
+    with connect(ledger_url) as conn, conn.begin():
+        now = "2026-12-01 00:00:00+00:00"
+        conn.execute(text("INSERT INTO pools (id, name, claim_slice, default_ttl_s, max_ttl_s, "
+                          "scrub_on_release, trusted, created_at) "
+                          "VALUES (1, 'p', 0, 60, 600, true, false, :t)"), {"t": now})
+        conn.execute(text(
+            "INSERT INTO devices (id, uid, host_id, pool_id, kind, devname, chardev, size, "
+            "align, state, created_at, updated_at) VALUES (1, 'cxl:0x1/0x0+0x0', NULL, 1, "
+            "'devdax', 'd', '/dev/d', 2097152, 2097152, 'online', :t, :t)"), {"t": now})
+    db.upgrade(ledger_url)
+    with connect(ledger_url) as conn:
+        pool = conn.execute(text("SELECT name, description, allowed_tenants, retired_at, "
+                                 "max_ttl_s FROM pools")).one()
+        assert tuple(pool) == ("p", "", None, None, 600)
+        assert conn.execute(text("SELECT pool_assigned FROM devices")).scalar_one() in (False, 0)
+        counters = dict(conn.execute(text("SELECT name, value FROM counters")).all())
+        assert counters == {"generation": 0, "catalog": 0, "rules_seeded": 0}
+        assert conn.execute(text("SELECT count(*) FROM pool_rules")).scalar_one() == 0
+    db.downgrade(ledger_url, "0007")
+    assert not {"pool_rules", "pool_quotas"} & tables(ledger_url)
