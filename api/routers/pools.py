@@ -101,12 +101,11 @@ async def edit_pool(name: PoolPath, body: PoolEdit, request: Request, admin: Adm
     """Change the fields given; null clears max_lease_size (no limit) and allowed_tenants
     (every tenant). Live leases keep their bytes and TTL; the next grant obeys."""
     changes = body.model_dump(exclude_unset=True)
-    for key in ("description", "scrub_on_release", "trusted", "default_ttl_s", "max_ttl_s",
-                "claim_slice"):
+    if "description" in changes and changes["description"] is None:
+        changes["description"] = ""  # null clears it
+    for key in ("scrub_on_release", "trusted", "default_ttl_s", "max_ttl_s", "claim_slice"):
         if key in changes and changes[key] is None:
             changes.pop(key)  # null means "not given" where the policy needs a value
-    if "description" in body.model_fields_set and body.description is None:
-        changes["description"] = ""
     await _submit(request, partial(pools.edit_pool, name=name, changes=changes,
                                    actor=admin.actor))
     return await _read(request, admin, name)
