@@ -41,6 +41,10 @@ def test_an_admin_creates_edits_and_retires_a_pool(served: Served) -> None:
     assert changed["details"] == {"pool": "gpu-kv", "changed": {
         "max_ttl_s": [3600, 600], "allowed_tenants": [["team-a", "team-b"], None]}}
     assert served.admin.get("/v1/pools/gpu-kv").json()["max_ttl_s"] == 600
+    # null clears the description; where the policy needs a value, null leaves it as it is.
+    cleared = served.admin.patch("/v1/pools/gpu-kv", json={"description": None,
+                                                          "max_ttl_s": None}).json()
+    assert (cleared["description"], cleared["max_ttl_s"]) == ("", 600)
 
     retired = served.admin.delete("/v1/pools/gpu-kv")
     assert retired.status_code == 200 and retired.json()["retired_at"] is not None
