@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.browser.conftest import LAPTOPS, Served, logged_in, overflow
-from tests.browser.test_pools_page import answer
+from tests.browser.test_pools_page import answer, shows
 from tests.timing import ui_wait_ms
 
 if TYPE_CHECKING:
@@ -46,17 +46,13 @@ def test_an_admin_creates_a_tenant_and_sets_its_quotas(page: Page, served: Serve
     assert served.api("POST", "/v1/leases", token=bearer, json={"size": 2**20}).status_code == 201
     refused = served.api("POST", "/v1/leases", token=bearer, json={"size": 2**20})
     assert (refused.status_code, refused.json()["error"]) == (429, "QuotaExceeded")
-    page.wait_for_function("""() => document.querySelector(
-        'tr[data-tenant="team-quota"] [data-field="leases"]').textContent === "1 of 1" """,
-                           timeout=ui_wait_ms())
+    shows(page, 'tr[data-tenant="team-quota"] [data-field="leases"]', "1 of 1")
 
     page.click('#page-tenants tr[data-tenant="team-quota"] button[data-action="quotas"]')
     page.fill('#page-form input[name="max_leases"]', "")
     page.click("#page-form-save")
     answer(page, "Change team-quota's quotas?")
-    page.wait_for_function("""() => document.querySelector(
-        'tr[data-tenant="team-quota"] [data-field="leases"]').textContent === "1 of unlimited" """,
-                           timeout=ui_wait_ms())
+    shows(page, 'tr[data-tenant="team-quota"] [data-field="leases"]', "1 of unlimited")
     assert served.api("POST", "/v1/leases", token=bearer, json={"size": 2**20}).status_code == 201
 
     page.click('#page-tenants tr[data-tenant="team-quota"] [data-action="leases"]')

@@ -39,6 +39,14 @@ def answer(page: Page, title: str, ok: bool = True) -> str:
     return body
 
 
+def shows(page: Page, selector: str, text: str) -> None:
+    """Wait until the element `selector` finds reads `text` (the page redraws every poll)."""
+    page.wait_for_function("""([selector, text]) => {
+        const el = document.querySelector(selector);
+        return el !== null && el.textContent === text; }""", arg=[selector, text],
+                           timeout=ui_wait_ms())
+
+
 def row(page: Page, pool: str, field: str) -> str:
     return page.inner_text(f'#page-pools tr[data-pool="{pool}"] [data-field="{field}"]')
 
@@ -67,9 +75,7 @@ def test_an_admin_runs_a_pool_from_the_page(pools_page: Page, served: Served) ->
     page.click("#page-form-save")
     body = answer(page, "Change pool ui-kv?")
     assert "allowed_tenants: team-ui" in body and "scrub_on_release: false" in body
-    page.wait_for_function("""() => {
-        const td = document.querySelector('tr[data-pool="ui-kv"] [data-field="tenants"]');
-        return td && td.textContent === "team-ui"; }""", timeout=ui_wait_ms())
+    shows(page, 'tr[data-pool="ui-kv"] [data-field="tenants"]', "team-ui")
     changed = pools(served)["ui-kv"]
     assert (changed["allowed_tenants"], changed["scrub_on_release"]) == (["team-ui"], False)
     assert row(page, "ui-kv", "scrub") == "not scrubbed"
@@ -166,10 +172,7 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
                                       if o.startswith(f"{devname} ")))
         page.click("#page-form-save")
         answer(page, f"Move {devname} into {pool}?")
-        page.wait_for_function(
-            """([pool, n]) => { const tr = document.querySelector(`tr[data-pool="${pool}"]`);
-                return tr && tr.querySelector('[data-field="devices"]').textContent === n; }""",
-            arg=[pool, "1 device"], timeout=ui_wait_ms())
+        shows(page, f'tr[data-pool="{pool}"] [data-field="devices"]', "1 device")
 
     move("flow", "emu0")
     emu = next(d for d in served.api("GET", "/v1/devices").json() if d["devname"] == "emu0")
@@ -179,9 +182,7 @@ def test_a_pool_from_creation_to_retirement(pools_page: Page, served: Served) ->
     page.fill('#page-form input[name="allowed_tenants"]', "team-flow")
     page.click("#page-form-save")
     answer(page, "Change pool flow?")
-    page.wait_for_function("""() => document.querySelector(
-        'tr[data-pool="flow"] [data-field="tenants"]').textContent === "team-flow" """,
-                           timeout=ui_wait_ms())
+    shows(page, 'tr[data-pool="flow"] [data-field="tenants"]', "team-flow")
     assert pools(served)["flow"]["allowed_tenants"] == ["team-flow"]
 
     # That tenant's token, made on the Tokens page: its secret shown once.
