@@ -1,6 +1,7 @@
 """The writer's per-batch catalog check: what one read of the `catalog` counter costs, through
-SQLAlchemy's execute (a Core select) beside the driver's cursor (what poold does), side by side
-in one run, on SQLite and on PostgreSQL when reachable.
+a Core select beside exec_driver_sql (what poold does: no statement to build or compile, and
+still SQLAlchemy's error handling), side by side in one run, on SQLite and on PostgreSQL when
+reachable.
 
     python bench/catalog_check.py [--reads 5000]
 
@@ -54,7 +55,7 @@ def measure(url: str, reads: int) -> str:
             driver.append(b)
             ratios.append(a / b)
     engine.dispose()
-    return (f"SQLAlchemy execute {statistics.median(core):.1f} us, driver cursor "
+    return (f"Core select {statistics.median(core):.1f} us, exec_driver_sql "
             f"{statistics.median(driver):.1f} us per read: {statistics.median(ratios):.1f}x")
 
 

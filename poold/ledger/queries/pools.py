@@ -61,18 +61,11 @@ def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord],
 def catalog_version(conn: Connection) -> int:
     """How many admin changes pools have seen: a snapshot read at another version is stale.
 
-    The one read every batch of the writer makes, so it goes to the driver's cursor in the
-    connection's transaction: SQLAlchemy's execute costs some 20 times the read itself."""
-    dbapi = conn.connection.dbapi_connection
-    assert dbapi is not None  # a checked-out connection always has one
-    cursor = dbapi.cursor()
-    try:
-        cursor.execute(_CATALOG_VERSION_SQL)
-        row = cursor.fetchone()
-    finally:
-        cursor.close()
-    assert row is not None, "migration 0008 writes the catalog counter"
-    return int(row[0])
+    The one read every batch of the writer makes, so it skips building and compiling a
+    statement (exec_driver_sql: about half the cost of a Core select) but not SQLAlchemy's
+    error handling, which invalidates a connection the server dropped (a raw cursor's error
+    would hand the dead connection back to the pool)."""
+    return int(conn.exec_driver_sql(_CATALOG_VERSION_SQL).scalar_one())
 
 
 def catalog_changed(conn: Connection) -> None:
