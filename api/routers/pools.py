@@ -9,7 +9,7 @@ next grant (poold.ledger.pools).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Annotated, Any
 
@@ -180,9 +180,7 @@ def _shown(request: Request, principal: Principal, pool: PoolView) -> Pool:
     shown = Pool.model_validate(asdict(pool))
     seed = _seeds(request).get(pool.name)
     if seed is not None and principal.is_admin:
-        ledger = pools.PoolPolicy(**{f.name: getattr(pool, f.name)
-                                     for f in fields(pools.PoolPolicy)})
-        differ = pools.disagreements(seed, ledger, pool.retired_at is not None)
+        differ = pools.disagreements(seed, pools.PoolPolicy.of(pool), pool.retired_at is not None)
         shown.config_disagrees = [ConfigDisagreement(setting=d.setting, file=d.file,
                                                      ledger=d.ledger) for d in differ]
     return shown

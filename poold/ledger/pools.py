@@ -28,8 +28,10 @@ from poold.errors import (
     UnknownTenant,
 )
 from poold.ledger import queries as q
+from poold.ledger.tenants import ensure_tenant
 from poold.ledger.tx import Tx
-from poold.models import Device, Pool, PoolQuota, PoolRule, Tenant
+from poold.ledger.views import PoolView
+from poold.models import Device, Pool, PoolQuota, PoolRule
 from poold.types import MAX_BYTES, DeviceState, EventKind, is_text
 
 NAME_PATTERN = r"^[A-Za-z0-9][\w.-]*$"  # as a tenant's: safe in a URL path and a shell
@@ -54,7 +56,7 @@ class PoolPolicy:
     allowed_tenants: list[str] | None = None  # None: every tenant
 
     @classmethod
-    def of(cls, pool: Pool) -> PoolPolicy:
+    def of(cls, pool: Pool | PoolView) -> PoolPolicy:
         return cls(**{f.name: getattr(pool, f.name) for f in fields(cls)})
 
     def checked(self) -> PoolPolicy:
@@ -107,10 +109,6 @@ def live_pool(session: Session, name: str) -> Pool:
     return pool
 
 
-def _changed(tx: Tx) -> None:
-    q.pools.catalog_changed(tx.conn)
-
-
 # --- seeding from a host's config ---------------------------------------------------------------
 
 
@@ -122,7 +120,7 @@ def seed(tx: Tx, policy: PoolPolicy) -> tuple[Pool, list[Disagreement]]:
         pool = Pool(created_at=tx.now, **asdict(policy.checked()))
         tx.session.add(pool)
         tx.session.flush()
-        _changed(tx)
+        q.pools.catalog_changed(tx.conn)
         q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor="daemon",
                            host_id=tx.host_id, pool=policy.name, seeded="config")
         return pool, []
@@ -161,7 +159,7 @@ def create_pool(tx: Tx, policy: PoolPolicy, actor: str) -> Pool:
             setattr(pool, key, value)
         pool.retired_at = None
     tx.session.flush()
-    _changed(tx)
+    q.pools.catalog_changed(tx.conn)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CREATED, actor=actor,
                        host_id=tx.host_id, pool=policy.name, policy=_wire(policy))
     return pool
@@ -183,7 +181,7 @@ def edit_pool(tx: Tx, name: str, changes: dict[str, Any], actor: str) -> Pool:
     for key, (_old, new) in changed.items():
         setattr(pool, key, new)
     tx.session.flush()
-    _changed(tx)
+    q.pools.catalog_changed(tx.conn)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_CHANGED, actor=actor,
                        host_id=tx.host_id, pool=name, changed=changed)
     return pool
@@ -209,7 +207,7 @@ def retire_pool(tx: Tx, name: str, actor: str, *, keep: frozenset[str] = frozens
                        "change the rules first")
     pool.retired_at = tx.now
     tx.session.flush()
-    _changed(tx)
+    q.pools.catalog_changed(tx.conn)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_RETIRED, actor=actor,
                        host_id=tx.host_id, pool=name)
     return pool
@@ -222,17 +220,14 @@ def set_pool_quota(tx: Tx, name: str, tenant: str, *, max_bytes: int | None,
     _check_name(tenant, "tenant name")
     _check_quota(max_bytes, max_leases)
     pool = live_pool(tx.session, name)
-    if tx.session.get(Tenant, tenant) is None:
-        default_bytes, default_leases = tx.tenant_defaults
-        tx.session.add(Tenant(name=tenant, created_at=tx.now, max_bytes=default_bytes,
-                              max_leases=default_leases))
+    ensure_tenant(tx, tenant)
     quota = tx.session.get(PoolQuota, (pool.id, tenant))
     if quota is None:
         quota = PoolQuota(pool_id=pool.id, tenant=tenant)
         tx.session.add(quota)
     quota.max_bytes, quota.max_leases = max_bytes, max_leases
     tx.session.flush()
-    _changed(tx)
+    q.pools.catalog_changed(tx.conn)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_QUOTA_CHANGED, actor=actor,
                        host_id=tx.host_id, pool=name, tenant=tenant, max_bytes=max_bytes,
                        max_leases=max_leases)
@@ -247,7 +242,7 @@ def clear_pool_quota(tx: Tx, name: str, tenant: str, actor: str) -> None:
         raise UnknownTenant(f"tenant {tenant!r} has no quota in pool {name!r}")
     tx.session.delete(quota)
     tx.session.flush()
-    _changed(tx)
+    q.pools.catalog_changed(tx.conn)
     q.events.add_event(tx.session, at=tx.now, kind=EventKind.POOL_QUOTA_CHANGED, actor=actor,
                        host_id=tx.host_id, pool=name, tenant=tenant, cleared=True)
 

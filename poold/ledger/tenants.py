@@ -86,10 +86,8 @@ def create_token(tx: Tx, *, name: str, role: Role, tenant: str | None, actor: st
     """A new token and its bearer string, which exists nowhere else: hand it out once."""
     if (role is Role.TENANT) != (tenant is not None):
         raise InvalidRequest("a tenant token names its tenant; admin and agent tokens name none")
-    if tenant is not None and tx.session.get(Tenant, tenant) is None:
-        max_bytes, max_leases = tx.tenant_defaults
-        tx.session.add(Tenant(name=tenant, created_at=tx.now, max_bytes=max_bytes,
-                              max_leases=max_leases))
+    if tenant is not None:
+        ensure_tenant(tx, tenant)
     token_id, secret, bearer = new_token()
     token = Token(id=token_id, name=name, role=role.value, tenant=tenant,
                   secret_sha256=secret_digest(secret), created_at=tx.now, created_by=actor)
@@ -127,6 +125,15 @@ def lookup(session: Session, token_id: str) -> TokenSecret | None:
 
 
 # --- tenants and quotas ---------------------------------------------------------------------
+
+
+def ensure_tenant(tx: Tx, name: str) -> None:
+    """A tenant first named by an admin (a token, a quota in a pool) exists from now on, with
+    the default quotas (Settings.default_tenant_*), as one first named by a grant does."""
+    if tx.session.get(Tenant, name) is None:
+        max_bytes, max_leases = tx.tenant_defaults
+        tx.session.add(Tenant(name=name, created_at=tx.now, max_bytes=max_bytes,
+                              max_leases=max_leases))
 
 
 def set_tenant(tx: Tx, name: str, *, max_bytes: int | None, max_leases: int | None,
