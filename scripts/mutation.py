@@ -1,6 +1,6 @@
 """Mutation testing of the modules that carry poold's guarantees; the score goes to docs/.
 
-    scripts/mutation [--max-children N] [--min-score 90] [--report-only]
+    scripts/mutation [--max-children N] [--min-score 90] [--report-only] [--retry-survivors]
 
 Runs mutmut (pinned in the `mutation` extra) as `[tool.mutmut]` in pyproject.toml configures it:
 each mutant (one small change to one function of a module in `only_mutate`) runs against the
@@ -10,10 +10,13 @@ and every survivor's diff. A survivor listed in scripts/mutation-equivalent.toml
 the changed lines, and why no test can tell it from the original) counts as equivalent and
 leaves the score's denominator; every other survivor is a test to write.
 
-mutmut keeps its work in ./mutants (ignored by git) and reuses results whose source and tests did
-not change, so a second run after adding a test retries only what that could change. It is slow
-(hours on 2 cores) and not part of CI. Exit status 1 when the score is under --min-score or
-some mutants were not checked (a run stopped early).
+mutmut keeps its work in ./mutants (ignored by git) and reuses a result while the function it
+mutated is unchanged. A full run takes longer than a working session on 2 cores, so the results
+also go to docs/mutation-results.json (committed): a fresh clone seeds ./mutants from it and
+checks only what is new or changed, and the report names the commits the results came from.
+A survivor stays a survivor until it is run again: after writing tests for survivors,
+--retry-survivors runs every one of them again. Not part of CI. Exit status 1 when the score is
+under --min-score or some mutants were not checked (a run stopped early).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ MUTMUT = Path(sys.executable).parent / "mutmut"
 EQUIVALENT = ROOT / "scripts" / "mutation-equivalent.toml"
 REPORT = ROOT / "docs" / "mutation.md"
 LOG = ROOT / "mutation-run.log"  # beside mutants/, which mutmut may empty and rebuild
+RESULTS = ROOT / "docs" / "mutation-results.json"
 
 # mutmut's exit codes (mutmut/stats.py): the mutant's tests failed (1), pytest broke (3), the
 # type check caught it (37); they ran out of time (15x their clean run) or the process died
@@ -70,16 +74,66 @@ class Mutant:
         return "not checked" if self.exit_code is None else f"suspicious ({self.exit_code})"
 
 
-def run_mutmut(max_children: int) -> float:
-    """mutmut run, its progress spinner to mutation-run.log; seconds it took."""
+def run_mutmut(max_children: int, names: list[str]) -> float:
+    """mutmut run (of the named mutants only, if any), its progress spinner to mutation-run.log;
+    seconds it took."""
     started = time.monotonic()
     with LOG.open("w") as log:
-        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
+        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children), *names],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
         tail = LOG.read_text(errors="replace")[-3000:]
         sys.exit(f"mutmut run failed (exit {result.returncode}); end of {LOG}:\n{tail}")
     return time.monotonic() - started
+
+
+def seed(root: Path = ROOT) -> int:
+    """Write mutmut's per-module files in root/mutants from the committed results, for each module
+    that has none yet (a fresh clone); mutmut keeps those of functions whose hash is unchanged
+    and checks the rest. How many modules were seeded."""
+    path = root / RESULTS.relative_to(ROOT)
+    if not path.exists():
+        return 0
+    seeded = 0
+    for module, saved in json.loads(path.read_text())["modules"].items():
+        meta = root / "mutants" / f"{module}.meta"
+        if meta.exists():
+            continue
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({
+            "exit_code_by_key": saved["exit_code_by_key"],
+            "hash_by_function_name": saved["hash_by_function_name"],
+            "type_check_error_by_key": {},
+            "durations_by_key": saved["durations_by_key"],
+            "estimated_durations_by_key": {},
+        }))
+        seeded += 1
+    return seeded
+
+
+def save(root: Path = ROOT) -> None:
+    """The decided results of root/mutants, with the hashes that keep them valid, to the results
+    file; the commits whose runs made them are kept in a list."""
+    path = root / RESULTS.relative_to(ROOT)
+    before = json.loads(path.read_text()) if path.exists() else {"commits": []}
+    modules = {}
+    for meta in sorted((root / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        decided = {k: v for k, v in sorted(data["exit_code_by_key"].items()) if v is not None}
+        modules[str(meta.relative_to(root / "mutants"))[: -len(".meta")]] = {
+            "hash_by_function_name": dict(sorted(data["hash_by_function_name"].items())),
+            "exit_code_by_key": decided,
+            "durations_by_key": {k: round(v, 2) for k, v in sorted(data["durations_by_key"].items())
+                                 if k in decided},
+        }
+    commits = [c for c in before["commits"] if c != commit(root)] + [commit(root)]
+    path.write_text(json.dumps({"mutmut": mutmut_version(), "commits": commits,
+                                "modules": modules}, indent=1) + "\n")
+
+
+def carried_from(root: Path = ROOT) -> list[str]:
+    path = root / RESULTS.relative_to(ROOT)
+    return list(json.loads(path.read_text())["commits"]) if path.exists() else []
 
 
 def mutants() -> list[Mutant]:
@@ -118,12 +172,14 @@ def reason_if_equivalent(mutant: Mutant, its_change: str,
     return None
 
 
-def commit() -> str:
+def commit(root: Path = ROOT) -> str:
     """The commit the mutants were made from (and whether the tree had changes besides)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                           text=True, check=False).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True, check=False).stdout.strip()
+    # docs/ is what a run writes (this report, the results): no change to what was mutated
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!docs"], cwd=root, capture_output=True, text=True,
+                           check=False).stdout.strip()
     return f"{head}{' with uncommitted changes' if dirty else ''}"
 
 
@@ -172,7 +228,9 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         "# Mutation testing: the core guarantees", "",
         f"Command: `scripts/mutation`. Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC{took}, "
         f"on commit {commit()}, mutmut {mutmut_version()}, Python "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs.", "",
+        f"{platform.python_version()}, {os.cpu_count()} CPUs. Results from the runs on "
+        f"{', '.join(carried_from())} (docs/mutation-results.json): a result stands while the "
+        "function it mutated is unchanged, and the tests only grew since.", "",
         "Each mutant is one small change (an operator, a constant, a comparison, a dropped "
         "argument or call) to one function of the modules below, run against the tests that "
         "reach that function (`[tool.mutmut]` in pyproject.toml says which tests are run). "
@@ -213,11 +271,21 @@ def main() -> int:
     parser.add_argument("--min-score", type=float, default=90.0)
     parser.add_argument("--report-only", action="store_true",
                         help="write docs/mutation.md from the last run's results")
+    parser.add_argument("--retry-survivors", action="store_true",
+                        help="run every survivor again (after tests were written for them)")
     args = parser.parse_args()
-    took = None if args.report_only else run_mutmut(args.max_children)
+    took = None
+    if not args.report_only:
+        if seeded := seed():
+            print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
+        survivors = [m.name for m in mutants() if m.status == "survived"]
+        if args.retry_survivors and not survivors:
+            sys.exit("--retry-survivors: no survivor to run again")
+        took = run_mutmut(args.max_children, survivors if args.retry_survivors else [])
     found = mutants()
     if not found:
         sys.exit(f"no mutants: did mutmut run? (see {LOG})")
+    save()
     overall = write_report(found, took, args.min_score)
     unchecked = sum(m.status == "not checked" for m in found)
     print(f"mutation score {overall:.1f}% of those checked (goal {args.min_score:.0f}%), "

@@ -1,0 +1,86 @@
+"""scripts/mutation's committed results: a fresh clone seeds mutmut's per-module files from them
+and so checks only what is new, and a seeded file never replaces the results of a run in
+progress."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutation.py"
+
+
+@pytest.fixture
+def mutation(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mutation_script", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mutation_script", module)
+    spec.loader.exec_module(module)
+    # mutmut itself is in the `mutation` extra, not the test one
+    monkeypatch.setattr(module, "mutmut_version", lambda: "3.8.1")
+    return module
+
+
+def meta(exit_codes: dict[str, int | None]) -> dict[str, object]:
+    return {
+        "exit_code_by_key": exit_codes,
+        "hash_by_function_name": {"x_grant": "abc123", "x_release": "def456"},
+        "type_check_error_by_key": {},
+        "durations_by_key": {k: 1.234 for k, v in exit_codes.items() if v is not None},
+        "estimated_durations_by_key": {k: 9.0 for k in exit_codes},
+    }
+
+
+def test_a_fresh_clone_gets_back_every_decided_result(mutation: ModuleType,
+                                                      tmp_path: Path) -> None:
+    run, clone = tmp_path / "run", tmp_path / "clone"
+    codes = {"poold.ledger.leases.x_grant__mutmut_1": 1,
+             "poold.ledger.leases.x_grant__mutmut_2": 0,
+             "poold.ledger.leases.x_release__mutmut_1": None}  # not reached before the stop
+    (run / "mutants" / "poold" / "ledger").mkdir(parents=True)
+    (run / "docs").mkdir()
+    (run / "mutants" / "poold" / "ledger" / "leases.py.meta").write_text(json.dumps(meta(codes)))
+    mutation.save(run)
+    saved = json.loads((run / "docs" / "mutation-results.json").read_text())
+    assert saved["commits"] == ["unknown"]  # tmp_path is no git checkout
+    assert saved["modules"]["poold/ledger/leases.py"]["exit_code_by_key"] == {
+        "poold.ledger.leases.x_grant__mutmut_1": 1, "poold.ledger.leases.x_grant__mutmut_2": 0}
+
+    (clone / "docs").mkdir(parents=True)
+    (clone / "docs" / "mutation-results.json").write_text(
+        (run / "docs" / "mutation-results.json").read_text())
+    assert mutation.seed(clone) == 1
+    seeded = json.loads((clone / "mutants" / "poold" / "ledger" / "leases.py.meta").read_text())
+    # what mutmut's loader reads, every key it asserts on
+    assert set(seeded) == set(meta(codes))
+    assert seeded["exit_code_by_key"] == saved["modules"]["poold/ledger/leases.py"][
+        "exit_code_by_key"]
+    assert seeded["hash_by_function_name"] == {"x_grant": "abc123", "x_release": "def456"}
+    assert seeded["durations_by_key"]["poold.ledger.leases.x_grant__mutmut_1"] == 1.23
+
+
+def test_seeding_leaves_a_checkout_that_has_results_alone(mutation: ModuleType,
+                                                          tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "mutation-results.json").write_text(json.dumps({
+        "mutmut": "3.8.1", "commits": ["aaaaaaa"],
+        "modules": {"poold/ledger/leases.py": {
+            "hash_by_function_name": {}, "exit_code_by_key": {"k": 0}, "durations_by_key": {}}}}))
+    current = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
+    current.parent.mkdir(parents=True)
+    current.write_text(json.dumps(meta({"k": 1})))
+    assert mutation.seed(tmp_path) == 0
+    assert json.loads(current.read_text())["exit_code_by_key"] == {"k": 1}
+    assert mutation.carried_from(tmp_path) == ["aaaaaaa"]
+
+
+def test_no_results_file_seeds_nothing(mutation: ModuleType, tmp_path: Path) -> None:
+    assert mutation.seed(tmp_path) == 0
+    assert not (tmp_path / "mutants").exists()
+    assert mutation.carried_from(tmp_path) == []
