@@ -1,9 +1,9 @@
 """What a test cannot run without, handled one way everywhere.
 
 A machine that lacks a precondition (PostgreSQL, the QEMU tier, Chromium, systemd-analyze,
-docker-compose, root) skips the tests that need it, with the reason and the variable that would
-make it required. Where that variable is 1 (CI sets them all in `.ci/run`) a missing precondition
-is a failure, so a tier cannot vanish from a run without anyone noticing.
+docker-compose, root, the engines' venvs) skips the tests that need it, with the reason and the
+variable that would make it required. Where that variable is 1 (CI sets them all in `.ci/run`)
+a missing precondition is a failure, so a tier cannot vanish from a run without anyone noticing.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ VARIABLES = {
     "systemd": "POOLD_TEST_REQUIRE_SYSTEMD",
     "compose": "POOLD_TEST_REQUIRE_COMPOSE",
     "root": "POOLD_TEST_REQUIRE_ROOT",
+    "engines": "POOLD_TEST_REQUIRE_ENGINES",
 }
 
 

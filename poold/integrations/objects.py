@@ -1,0 +1,228 @@
+"""ObjectStore: an engine's KV objects of any size, as fixed-size blocks of a poold.kv store.
+
+Engines hand their offload tier whole objects (an LMCache chunk, a vLLM offload block, an SGLang
+page) whose size depends on the model and, for a last chunk, on how many tokens it holds. The
+block store keeps fixed-size blocks, so an object is cut into parts of `block_size` bytes, each
+stored under a key derived from the object's key and the part's index; the last part is padded.
+The object is present only while every part is: a part evicted, or lost with its lease, makes
+the whole object a miss, and its other parts are dropped. So a lost lease is lost objects,
+never foreign bytes (poold.kv re-checks each lease after it copies).
+
+What the store knows of an object (its size and parts) is a record here; the bytes are in the
+leases. A lookup checks the parts, so eviction inside poold.kv is seen at the next lookup or get
+(`gone()` says which objects vanished that way, for an engine that accounts bytes).
+
+Imports only poold.kv and the client SDK, like every integration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from poold.kv import KVStore
+
+_PERSON = b"poold.obj.v1"  # part keys mean nothing outside this module
+
+
+class Put(Enum):
+    """What a put did with one object."""
+
+    STORED = "stored"  # written now
+    PRESENT = "present"  # held already (content keys: the same key is the same bytes)
+    REFUSED = "refused"  # no room (every block pinned), or its lease was lost in the copy
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    key: bytes
+    nbytes: int
+    parts: tuple[bytes, ...]
+
+
+def part_keys(key: bytes, nbytes: int, block_size: int) -> tuple[bytes, ...]:
+    """The block keys of an object's parts: its key and the part's index, hashed together, so
+    two objects never share a part and a part names its object."""
+    count = max(1, -(-nbytes // block_size))
+    prefix = struct.pack("<I", len(key)) + key
+    return tuple(hashlib.blake2b(prefix + struct.pack("<QQ", nbytes, i), digest_size=16,
+                                 person=_PERSON).digest() for i in range(count))
+
+
+class ObjectStore:
+    def __init__(self, store: KVStore) -> None:
+        self.kv = store
+        self.block_size = store.block_size
+        self._lock = threading.Lock()
+        self._objects: dict[bytes, StoredObject] = {}
+        self._locks: dict[bytes, list[tuple[bytes, ...]]] = {}  # per lock, the parts it pinned
+        self._gone: list[tuple[bytes, int]] = []
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release every lease (poold.kv finishes its pending puts first). Idempotent."""
+        self.kv.close()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put_many(self, keys: Sequence[bytes], objects: Sequence[memoryview]) -> list[Put]:
+        """Store each object (a byte view) under its key, in one batch of blocks; a key held
+        already is not written again. Per key, what was done."""
+        if len(keys) != len(objects):
+            raise ValueError(f"{len(objects)} objects for {len(keys)} keys")
+        present = self._present(keys)
+        todo = [i for i, p in enumerate(present) if p is None]
+        blocks: list[bytes] = []
+        views: list[memoryview | bytearray] = []
+        records: dict[int, StoredObject] = {}
+        for i in todo:
+            record = StoredObject(keys[i], objects[i].nbytes,
+                                  part_keys(keys[i], objects[i].nbytes, self.block_size))
+            records[i] = record
+            blocks += record.parts
+            views += self._cut(objects[i])
+        held = self.kv.put_many(blocks, views) if blocks else []
+        outcome = [Put.PRESENT if p is not None else Put.REFUSED for p in present]
+        at = 0
+        failed: list[bytes] = []
+        with self._lock:
+            for i in todo:
+                record = records[i]
+                ok = all(held[at:at + len(record.parts)])
+                if ok:
+                    self._objects[keys[i]] = record
+                else:
+                    failed += [b for b, h in zip(record.parts, held[at:], strict=False) if h]
+                outcome[i] = Put.STORED if ok else Put.REFUSED
+                at += len(record.parts)
+        if failed:  # half an object is no object: free what its other parts took
+            self.kv.discard(failed)
+        return outcome
+
+    def _cut(self, obj: memoryview) -> list[memoryview | bytearray]:
+        """The object's parts as block-size views; the last one padded, in a copy."""
+        size = self.block_size
+        view = obj.cast("B") if obj.format != "B" or obj.ndim != 1 else obj
+        whole = view.nbytes // size
+        parts: list[memoryview | bytearray] = [view[i * size:(i + 1) * size]
+                                               for i in range(whole)]
+        if view.nbytes % size or not view.nbytes:
+            tail = bytearray(size)
+            tail[:view.nbytes - whole * size] = view[whole * size:]
+            parts.append(tail)
+        return parts
+
+    def delete(self, keys: Sequence[bytes]) -> list[int | None]:
+        """Forget objects; their blocks are freed (pinned ones once unpinned). Per key, the size
+        it had, or None where the store did not hold it."""
+        with self._lock:
+            records = [self._objects.pop(k, None) for k in keys]
+        self.kv.discard([b for r in records if r is not None for b in r.parts])
+        return [None if r is None else r.nbytes for r in records]
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def sizes(self, keys: Sequence[bytes]) -> list[int | None]:
+        """Per key, the size of the object a get would find now, or None."""
+        records = self._present(keys)
+        return [None if r is None else r.nbytes for r in records]
+
+    def lock(self, keys: Sequence[bytes]) -> list[bool]:
+        """Pin the present objects (pins nest) so eviction leaves them until unlock; a lease
+        lost meanwhile still loses them. Per key, whether it was present and is pinned now."""
+        records = self._present(keys)
+        with self._lock:
+            for r in records:
+                if r is not None:
+                    self._locks.setdefault(r.key, []).append(r.parts)
+            self.kv.pin([b for r in records if r is not None for b in r.parts])
+        return [r is not None for r in records]
+
+    def unlock(self, keys: Sequence[bytes]) -> None:
+        """Drop one lock from each key; a key not locked is left alone. The parts a lock
+        pinned are unpinned even if the object was deleted meanwhile."""
+        unpin: list[bytes] = []
+        with self._lock:
+            for key in keys:
+                held = self._locks.get(key)
+                if not held:
+                    continue
+                unpin += held.pop()
+                if not held:
+                    del self._locks[key]
+            self.kv.unpin(unpin)
+
+    def get_many_into(self, keys: Sequence[bytes], out: Sequence[memoryview]) -> list[bool]:
+        """Copy each object into its buffer, which must be the object's size. Per key, whether
+        it hit; a miss may have left its buffer partly written, never with another's bytes."""
+        if len(keys) != len(out):
+            raise ValueError(f"{len(out)} buffers for {len(keys)} keys")
+        records = self._present(keys)
+        hits = [r is not None and r.nbytes == o.nbytes for r, o in zip(records, out, strict=True)]
+        for i, record in enumerate(records):
+            if hits[i] and record is not None:
+                hits[i] = self._read(record, out[i])
+        return hits
+
+    def _read(self, record: StoredObject, out: memoryview) -> bool:
+        size = self.block_size
+        dst = out.cast("B") if out.format != "B" or out.ndim != 1 else out
+        whole = record.nbytes // size
+        ok = whole == 0 or all(self.kv.get_many_into(record.parts[:whole], dst))
+        if ok and record.nbytes % size:
+            tail = bytearray(size)
+            ok = self.kv.get_into(record.parts[whole], tail)
+            dst[whole * size:] = tail[:record.nbytes - whole * size]
+        if not ok:  # evicted or lost between the lookup and the copy
+            self._forget([record])
+        return ok
+
+    def gone(self) -> list[tuple[bytes, int]]:
+        """Objects found incomplete since the last call (evicted or lost inside poold.kv), with
+        their sizes, oldest first; each is reported once."""
+        with self._lock:
+            gone, self._gone = self._gone, []
+            return gone
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+    def _present(self, keys: Sequence[bytes]) -> list[StoredObject | None]:
+        """The records of the objects whose every part is in the store; an incomplete one is
+        forgotten on the way."""
+        with self._lock:
+            records = [self._objects.get(k) for k in keys]
+        blocks = [b for r in records if r is not None for b in r.parts]
+        there = iter(self.kv.contains_many(blocks))
+        present: list[StoredObject | None] = []
+        broken: list[StoredObject] = []
+        for record in records:
+            if record is None:
+                present.append(None)
+                continue
+            complete = all([next(there) for _ in record.parts])
+            present.append(record if complete else None)
+            if not complete:
+                broken.append(record)
+        self._forget(broken)
+        return present
+
+    def _forget(self, records: Sequence[StoredObject]) -> None:
+        if not records:
+            return
+        with self._lock:
+            for record in records:
+                if self._objects.get(record.key) is record:
+                    del self._objects[record.key]
+                    self._gone.append((record.key, record.nbytes))
+        self.kv.discard([b for r in records for b in r.parts])

@@ -1,0 +1,94 @@
+"""The engines tier: each engine in a venv of its own (tests/engines/venvs.py), run against a
+real `poold serve` (auth on, two tenants) that the tests here start."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from poold.client import PooldClient
+from tests.daemon_fixtures import serve_process
+
+HERE = Path(__file__).parent
+RUN_S = 900  # one engine suite, bounded
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "engines: runs an engine's tests in its own venv")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.engines)
+
+
+@dataclass(frozen=True)
+class Daemon:
+    state: Path
+
+    def env(self, tokens: dict[str, str]) -> dict[str, str]:
+        """What the engine's side is told: the daemon's sockets and a token per tenant."""
+        return {"POOLD_ENGINE_UDS": str(self.state / "api.sock"),
+                "POOLD_ENGINE_FD": str(self.state / "fd.sock"),
+                **{f"POOLD_ENGINE_TOKEN_{name.upper()}": t for name, t in tokens.items()}}
+
+
+@pytest.fixture(scope="module")
+def engine_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A `poold serve` with tokens on, tenants a and b, and the admin's token."""
+    work = tmp_path_factory.mktemp("engine-daemon")
+    ready = lambda port: httpx.get(f"http://127.0.0.1:{port}/healthz").is_success  # noqa: E731
+    with serve_process(work, ready, auth="token"):
+        daemon = Daemon(work / "s")
+        admin = (daemon.state / "admin.token").read_text().strip()
+        tokens = {"admin": admin}
+        with PooldClient(uds=str(daemon.state / "api.sock"), token=admin) as c:
+            for tenant in ("a", "b"):
+                made = c.raw("POST", "/v1/tokens", json={"name": f"engine-{tenant}",
+                                                          "role": "tenant", "tenant": tenant})
+                tokens[tenant] = str(made["bearer"])
+        yield daemon.env(tokens)
+
+
+def leases_granted(env: dict[str, str], tenant: str) -> int:
+    """How many leases the daemon ever granted to `tenant` (any state), as the admin sees."""
+    with PooldClient(uds=env["POOLD_ENGINE_UDS"], token=env["POOLD_ENGINE_TOKEN_ADMIN"]) as c:
+        return len(c.raw("GET", "/v1/leases", params={"tenant": tenant, "limit": 10_000}))
+
+
+@dataclass(frozen=True)
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def passed(self) -> int:
+        """How many tests pytest's closing line says passed (0 where it says none)."""
+        closing = [line for line in self.stdout.splitlines() if re.search(r" in [\d.]+s", line)]
+        found = re.findall(r"(\d+) passed", closing[-1]) if closing else []
+        return int(found[0]) if found else 0
+
+    def expect(self, passed: int) -> None:
+        """Exit 0 and exactly `passed` tests passed, or fail showing the run's output whole
+        (an assertion message would be cut short)."""
+        if self.rc != 0 or self.passed != passed:
+            pytest.fail(f"exit {self.rc}, {self.passed} passed (expected {passed}):\n"
+                        f"{self.stdout[-12000:]}\n{self.stderr[-3000:]}", pytrace=False)
+
+
+def run_pytest(python: Path, args: list[str], *, cwd: Path, env: dict[str, str],
+               plugin_dir: Path) -> Run:
+    """The engine venv's pytest, bounded."""
+    environ = {**os.environ, **env, "PYTHONPATH": str(plugin_dir)}
+    done = subprocess.run([str(python), "-m", "pytest", *args], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=RUN_S)
+    return Run(done.returncode, done.stdout, done.stderr)

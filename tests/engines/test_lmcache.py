@@ -1,0 +1,47 @@
+"""LMCache 0.5.6 with poold as its L2 tier, proven by LMCache's own tests against a real daemon.
+
+- LMCache's L2 adapter contract tests (tests/v1/distributed/test_mock_l2_adapter.py from its
+  sdist, unmodified), with the adapter they build swapped for poold's by the plugin
+  lmcache_inner/poold_swap.py: the one fixture change the tier allows. One test is left out:
+  it checks the mock's simulated bandwidth delay, which a real store does not have.
+- Our checks inside LMCache (lmcache_inner/check_adapter.py): the operator's `--l2-adapter`
+  flag loads the adapter, bytes round-trip through LMCache's memory objects, two tenants keep
+  their own bytes for the same key, capacity one engine process gives back is leased by
+  another, a revoked lease is lost chunks (misses, never the next holder's bytes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engines.conftest import HERE, leases_granted, run_pytest
+from tests.engines.venvs import LMCACHE, python, sdist_tests
+
+pytestmark = pytest.mark.slow
+
+CONTRACT = "tests/v1/distributed/test_mock_l2_adapter.py"
+NOT_APPLICABLE = {  # each with why: the mock's own simulation, not the interface's contract
+    f"{CONTRACT}::TestBandwidthSimulation::test_store_completion_is_delayed_by_bandwidth":
+        "the mock sleeps to simulate a slow link; a real store is as fast as memcpy",
+}
+CONTRACT_TESTS = 44  # in LMCache 0.5.6's file: all must run, less the ones left out above
+
+
+def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]) -> None:
+    venv_python, root = python(LMCACHE), sdist_tests(LMCACHE)
+    deselect = [a for test in NOT_APPLICABLE for a in ("--deselect", test)]
+    before = leases_granted(engine_env, "a")
+    run = run_pytest(venv_python, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
+                                   "-o", "log_cli=false", CONTRACT, *deselect],
+                     cwd=root, env=engine_env, plugin_dir=HERE / "lmcache_inner")
+    run.expect(passed=CONTRACT_TESTS - len(NOT_APPLICABLE))
+    # the swap took: LMCache's tests stored through poold, in leases of tenant a
+    assert leases_granted(engine_env, "a") - before >= 10
+
+
+def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:
+    inner = HERE / "lmcache_inner"
+    run = run_pytest(python(LMCACHE), ["-c", str(inner / "pytest.ini"), "-q",
+                                       str(inner / "check_adapter.py")],
+                     cwd=inner, env=engine_env, plugin_dir=inner)
+    run.expect(passed=5)
