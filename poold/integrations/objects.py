@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from poold.client import PooldClient
 from poold.kv import KVStore
 
 _PERSON = b"poold.obj.v1"  # part keys mean nothing outside this module
@@ -54,8 +55,11 @@ def part_keys(key: bytes, nbytes: int, block_size: int) -> tuple[bytes, ...]:
 
 
 class ObjectStore:
-    def __init__(self, store: KVStore) -> None:
+    """`client`: one the store owns (closed with it), or None where the caller keeps its own."""
+
+    def __init__(self, store: KVStore, client: PooldClient | None = None) -> None:
         self.kv = store
+        self._client = client
         self.block_size = store.block_size
         self._lock = threading.Lock()
         self._objects: dict[bytes, StoredObject] = {}
@@ -71,6 +75,8 @@ class ObjectStore:
     def close(self) -> None:
         """Release every lease (poold.kv finishes its pending puts first). Idempotent."""
         self.kv.close()
+        if self._client is not None:
+            self._client.close()
 
     # -- writes --------------------------------------------------------------------------------
 

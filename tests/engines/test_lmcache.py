@@ -7,7 +7,15 @@
 - Our checks inside LMCache (lmcache_inner/check_adapter.py): the operator's `--l2-adapter`
   flag loads the adapter, bytes round-trip through LMCache's memory objects, two tenants keep
   their own bytes for the same key, capacity one engine process gives back is leased by
-  another, a revoked lease is lost chunks (misses, never the next holder's bytes).
+  another, a revoked lease is lost chunks (misses, never the next holder's bytes); and the
+  in-process storage plugin (lmcache_inner/check_backend.py) inside LMCache's StorageManager,
+  the part of LMCacheEngine that stores: loaded from the documented config, chunks read back
+  from poold byte for byte once LMCache's CPU copies are cleared, removes and a revoked lease
+  as misses.
+
+LMCache's tests/v1/test_storage_plugin.py is not run: it tests the plugin loader with a mock
+whose internals it inspects (its call history, its dict, the identity of the object a get
+returns), which no real store has; the loader path it covers is what check_backend.py drives.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]
 def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:
     inner = HERE / "lmcache_inner"
     run = run_pytest(python(LMCACHE), ["-c", str(inner / "pytest.ini"), "-q",
-                                       str(inner / "check_adapter.py")],
+                                       str(inner / "check_adapter.py"),
+                                       str(inner / "check_backend.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
-    run.expect(passed=5)
+    run.expect(passed=8)

@@ -1,4 +1,4 @@
-"""LMCache on poold: an L2 adapter for LMCache's multi-process server (what vLLM's
+"""PooldL2Adapter: an L2 adapter for LMCache's multi-process server (what vLLM's
 `--kv-offloading-backend lmcache` starts), storing KV chunks in memory leased from poold.
 
     lmcache server --l2-adapter '{"type": "plugin",
@@ -24,7 +24,7 @@ import queue
 import struct
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from lmcache.lmcache_native import Bitmap
 from lmcache.v1.distributed.internal_api import L2StoreResult
@@ -32,9 +32,8 @@ from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface
 from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 from lmcache.v1.platform import create_event_notifier
 
-from poold.client import PooldClient
-from poold.integrations.objects import ObjectStore, Put
-from poold.kv import KVStore
+from poold.integrations.objects import Put
+from poold.integrations.settings import TierSettings
 
 if TYPE_CHECKING:
     from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
@@ -42,67 +41,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MiB = 1 << 20
-
 
 class PooldL2AdapterConfig(L2AdapterConfigBase):
-    """Where the daemon is and how much to lease. `url` (TCP) or `uds` (its api.sock; with
-    `fd_socket` the leases are mapped from descriptors the daemon passes, no device
-    permission needed); `token` defaults to $POOLD_TOKEN. Sizes in bytes: `budget_bytes` is
-    the most the adapter leases, in leases of `lease_bytes`, cut into blocks of
-    `block_bytes` (a chunk takes whole blocks). `ttl_s` is each lease's TTL (renewed every
-    third of it), `idle_release_s` how long an empty lease is kept before it is given back."""
+    """`adapter_params` as poold.integrations.settings.TierSettings reads them (LMCache finds
+    this class by the adapter's name plus "Config")."""
 
-    KNOWN: ClassVar[tuple[str, ...]] = (
-        "budget_bytes", "url", "uds", "fd_socket", "token", "pool", "lease_bytes",
-        "block_bytes", "ttl_s", "idle_release_s")
-
-    def __init__(self, *, budget_bytes: int, url: str | None = None, uds: str | None = None,
-                 fd_socket: str | None = None, token: str | None = None,
-                 pool: str | None = None, lease_bytes: int = 64 * MiB,
-                 block_bytes: int = MiB // 4, ttl_s: int = 30,
-                 idle_release_s: float = 30.0) -> None:
-        if url is None and uds is None:
-            url = "http://127.0.0.1:7077"
-        for name, value in (("budget_bytes", budget_bytes), ("lease_bytes", lease_bytes),
-                            ("block_bytes", block_bytes), ("ttl_s", ttl_s)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive whole number, not {value!r}")
-        if lease_bytes > budget_bytes:
-            raise ValueError(f"lease_bytes ({lease_bytes}) is more than budget_bytes "
-                             f"({budget_bytes})")
-        if block_bytes > lease_bytes:
-            raise ValueError(f"block_bytes ({block_bytes}) is more than lease_bytes "
-                             f"({lease_bytes})")
-        self.url, self.uds, self.fd_socket, self.token, self.pool = (url, uds, fd_socket,
-                                                                     token, pool)
-        self.budget_bytes, self.lease_bytes, self.block_bytes = (budget_bytes, lease_bytes,
-                                                                 block_bytes)
-        self.ttl_s, self.idle_release_s = ttl_s, float(idle_release_s)
+    def __init__(self, settings: TierSettings) -> None:
+        self.settings = settings
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PooldL2AdapterConfig:
-        unknown = set(d) - set(cls.KNOWN)
-        if unknown:
-            raise ValueError(f"unknown poold adapter parameters: {sorted(unknown)}; known: "
-                             f"{', '.join(cls.KNOWN)}")
-        if "budget_bytes" not in d:
-            raise ValueError("budget_bytes is required: the most this adapter may lease")
-        return cls(**d)
+        return cls(TierSettings.from_dict(d))
 
     @classmethod
     def help(cls) -> str:
-        return ("poold L2 adapter (poold.integrations.lmcache):\n"
+        return ("poold L2 adapter (poold.integrations.lmcache), adapter_params:\n"
                 "- budget_bytes (int, required): the most it leases from poold\n"
                 "- url (str) or uds (str): the daemon (default http://127.0.0.1:7077)\n"
                 "- fd_socket (str): the daemon's fd.sock, to map without device permission\n"
                 "- token (str): bearer token (default: $POOLD_TOKEN)\n"
                 "- pool (str): the pool to lease from (default: the daemon's)\n"
                 "- lease_bytes, block_bytes (int), ttl_s (int), idle_release_s (float)")
-
-    def client(self) -> PooldClient:
-        return PooldClient(self.url or "http://poold", uds=self.uds, fd_socket=self.fd_socket,
-                           token=self.token)
 
 
 def object_key_bytes(key: ObjectKey) -> bytes:
@@ -115,14 +74,8 @@ def object_key_bytes(key: ObjectKey) -> bytes:
 
 class PooldL2Adapter(L2AdapterInterface):
     def __init__(self, config: PooldL2AdapterConfig, l1_memory_desc: object = None) -> None:
-        super().__init__(max_capacity_bytes=config.budget_bytes)
-        self.config = config
-        self._client = config.client()
-        self.objects = ObjectStore(KVStore(
-            self._client, block_size=config.block_bytes, budget_bytes=config.budget_bytes,
-            lease_bytes=config.lease_bytes, ttl_s=config.ttl_s,
-            idle_release_s=config.idle_release_s, pool=config.pool,
-            labels={"engine": "lmcache"}))
+        super().__init__(max_capacity_bytes=config.settings.budget_bytes)
+        self.objects = config.settings.open(labels={"engine": "lmcache", "tier": "l2"})
         self._store_efd = create_event_notifier()
         self._lookup_efd = create_event_notifier()
         self._load_efd = create_event_notifier()
@@ -274,6 +227,5 @@ class PooldL2Adapter(L2AdapterInterface):
         self._tasks.put(None)
         self._worker.join()
         self.objects.close()
-        self._client.close()
         for efd in (self._store_efd, self._lookup_efd, self._load_efd):
             efd.close()

@@ -1,0 +1,157 @@
+"""PooldBackend: LMCache's in-process storage plugin on poold (LMCacheEngine without the
+multi-process server), beside LMCache's local CPU backend.
+
+    storage_plugins: ["poold"]
+    extra_config:
+      storage_plugin.poold.module_path: poold.integrations.lmcache
+      storage_plugin.poold.class_name: PooldBackend
+      poold.uds: /run/poold/api.sock
+      poold.fd_socket: /run/poold/fd.sock
+      poold.budget_bytes: 17179869184
+
+Every `poold.<name>` key of `extra_config` is a TierSettings field (a key it does not know is
+refused at start). A put copies the chunk from LMCache's CPU buffer into leased memory (LMCache
+gives plugins no allocator of their own); a get allocates from the local CPU backend and copies
+back. Chunks are kept by LMCache's own key string, with their shapes, dtypes and format, so what
+a get returns is laid out as it was stored. A lost lease is lost chunks: a get misses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
+
+from poold.integrations.objects import Put
+from poold.integrations.settings import TierSettings
+
+if TYPE_CHECKING:
+    import torch
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.memory_management import MemoryFormat, MemoryObj
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What LMCache's allocator needs to hand back a chunk as it was stored."""
+
+    shapes: list[torch.Size]
+    dtypes: list[torch.dtype]
+    fmt: MemoryFormat
+    cached_positions: Any
+
+
+def _raw(key: CacheEngineKey) -> bytes:
+    return str(key.to_string()).encode()
+
+
+class PooldBackend(StoragePluginInterface):
+    def __init__(self, dst_device: str = "cpu", config: Any = None, metadata: Any = None,
+                 local_cpu_backend: Any = None, loop: Any = None) -> None:
+        super().__init__(dst_device=dst_device, config=config, metadata=metadata,
+                         local_cpu_backend=local_cpu_backend, loop=loop)
+        if local_cpu_backend is None:
+            raise ValueError("PooldBackend needs LMCache's local CPU backend (local_cpu: "
+                             "true): it allocates the chunks a get returns")
+        extra = dict(getattr(config, "extra_config", None) or {})
+        params = {k.removeprefix("poold."): v for k, v in extra.items()
+                  if k.startswith("poold.")}
+        self.objects = TierSettings.from_dict(params).open(
+            labels={"engine": "lmcache", "tier": "storage-plugin"})
+        self._lock = threading.Lock()
+        self._layouts: dict[bytes, Layout] = {}
+
+    def __str__(self) -> str:
+        return "PooldBackend"
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def _known(self, raws: Sequence[bytes]) -> list[bool]:
+        present = self.objects.sizes(raws)
+        with self._lock:
+            return [n is not None and r in self._layouts for r, n in zip(raws, present,
+                                                                          strict=True)]
+
+    def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
+        raw = _raw(key)
+        if pin:
+            return self.objects.lock([raw])[0] and self._known([raw])[0]
+        return self._known([raw])[0]
+
+    def batched_contains(self, keys: list[CacheEngineKey], pin: bool = False) -> int:
+        """How many keys, from the first, are present (a prefix), pinned if asked."""
+        raws = [_raw(k) for k in keys]
+        known = self._known(raws)
+        hits = known.index(False) if False in known else len(known)
+        if pin and hits:
+            self.objects.lock(raws[:hits])
+        return hits
+
+    def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
+        return False  # puts are done before batched_submit_put_task returns
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def batched_submit_put_task(
+            self, keys: Sequence[CacheEngineKey], objs: list[MemoryObj],
+            transfer_spec: Any = None,
+            on_complete_callback: Callable[[CacheEngineKey], None] | None = None) -> None:
+        """Stores the batch now (one poold.kv put); None: there is nothing to wait for."""
+        if len(keys) != len(objs):
+            raise ValueError(f"{len(objs)} objects for {len(keys)} keys")
+        raws = [_raw(k) for k in keys]
+        outcome = self.objects.put_many(raws, [o.byte_array for o in objs])
+        with self._lock:
+            for raw, obj, put in zip(raws, objs, outcome, strict=True):
+                if put is not Put.REFUSED:
+                    self._layouts[raw] = Layout(list(obj.get_shapes()), list(obj.get_dtypes()),
+                                                obj.get_memory_format(),
+                                                obj.metadata.cached_positions)
+        if on_complete_callback is not None:
+            for key, put in zip(keys, outcome, strict=True):
+                if put is Put.STORED:
+                    on_complete_callback(key)
+
+    def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
+        raw = _raw(key)
+        with self._lock:
+            self._layouts.pop(raw, None)
+        return self.objects.delete([raw])[0] is not None
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_blocking(self, key: CacheEngineKey) -> MemoryObj | None:
+        raw = _raw(key)
+        with self._lock:
+            layout = self._layouts.get(raw)
+        if layout is None:
+            return None
+        obj = self.local_cpu_backend.allocate(layout.shapes, layout.dtypes, layout.fmt)
+        if obj is None:  # LMCache's CPU buffer is full
+            return None
+        if not self.objects.get_many_into([raw], [obj.byte_array])[0]:
+            obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
+            with self._lock:
+                self._layouts.pop(raw, None)
+            return None
+        obj.metadata.cached_positions = layout.cached_positions
+        return obj
+
+    def pin(self, key: CacheEngineKey) -> bool:
+        return bool(self.objects.lock([_raw(key)])[0])
+
+    def unpin(self, key: CacheEngineKey) -> bool:
+        self.objects.unlock([_raw(key)])
+        return True
+
+    def get_allocator_backend(self) -> Any:
+        return self.local_cpu_backend
+
+    def touch_cache(self) -> None:
+        pass  # poold.kv's LRU-K is touched by the gets themselves
+
+    def close(self) -> None:
+        self.objects.close()

@@ -1,0 +1,127 @@
+"""poold's in-process storage plugin inside LMCache 0.5.6's StorageManager (what LMCacheEngine
+stores through), on a real daemon: loaded from the documented config, chunks stored beside the
+local CPU backend and read back from poold byte for byte once the CPU copies are gone, a wrong
+parameter refused by name, a chunk lost with its lease a miss.
+
+Run by tests/engines/test_lmcache.py in the LMCache venv."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+from lmcache.utils import CacheEngineKey
+from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.event_manager import EventManager
+from lmcache.v1.memory_management import MemoryFormat
+from lmcache.v1.metadata import LMCacheMetadata
+from lmcache.v1.storage_backend.storage_manager import StorageManager
+from poold_env import MiB, token
+
+from poold.client import PooldClient
+from poold.integrations.lmcache import PooldBackend
+
+SHAPE = torch.Size([2, 4, 256, 64])  # (K/V, layers, tokens, hidden): 512 KiB of bfloat16
+WAIT_S = 30.0
+
+
+def config(tenant: str = "a", **poold: object) -> LMCacheEngineConfig:
+    made = LMCacheEngineConfig.from_defaults(chunk_size=256, local_cpu=True,
+                                             max_local_cpu_size=0.05,
+                                             lmcache_instance_id=f"poold-check-{tenant}")
+    made.storage_plugins = ["poold"]
+    made.extra_config = {
+        "storage_plugin.poold.module_path": "poold.integrations.lmcache",
+        "storage_plugin.poold.class_name": "PooldBackend",
+        "poold.uds": os.environ["POOLD_ENGINE_UDS"],
+        "poold.fd_socket": os.environ["POOLD_ENGINE_FD"],
+        "poold.token": token(tenant), "poold.budget_bytes": 8 * MiB,
+        "poold.lease_bytes": 2 * MiB, "poold.block_bytes": 64 * 1024,
+        **{f"poold.{k}": v for k, v in poold.items()},
+    }
+    return made
+
+
+def metadata() -> LMCacheMetadata:
+    return LMCacheMetadata(model_name="tiny", world_size=1, local_world_size=1, worker_id=0,
+                           local_worker_id=0, kv_dtype=torch.bfloat16,
+                           kv_shape=(4, 2, 256, 1, 64))
+
+
+def key(i: int) -> CacheEngineKey:
+    return CacheEngineKey("tiny", 1, 0, i, torch.bfloat16)
+
+
+@pytest.fixture
+def manager() -> Iterator[StorageManager]:
+    made = StorageManager(config=config(), metadata=metadata(), event_manager=EventManager())
+    yield made
+    made.close()
+    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("a")) as c:
+        assert [x.id for x in c.leases() if x.state == "active"] == []
+
+
+def plugin(manager: StorageManager) -> PooldBackend:
+    backend = manager.storage_backends["poold"]
+    assert isinstance(backend, PooldBackend)
+    return backend
+
+
+def chunks(manager: StorageManager, count: int, seed: int) -> list[torch.Tensor]:
+    """Stores `count` chunks of random bytes through LMCache; their tensors as written."""
+    gen = torch.Generator().manual_seed(seed)
+    written = []
+    objs = []
+    for _ in range(count):
+        obj = manager.allocate(SHAPE, torch.bfloat16, MemoryFormat.KV_2LTD)
+        assert obj is not None and obj.tensor is not None
+        obj.tensor.view(torch.int16).copy_(torch.randint(-2**15, 2**15 - 1, SHAPE,
+                                                         dtype=torch.int16, generator=gen))
+        written.append(obj.tensor.clone())
+        objs.append(obj)
+    manager.batched_put([key(seed * 100 + i) for i in range(count)], objs)
+    return written
+
+
+def test_lmcache_loads_the_plugin_and_reads_chunks_back_from_poold(
+        manager: StorageManager) -> None:
+    written = chunks(manager, 6, seed=1)
+    backend = plugin(manager)
+    keys = [key(100 + i) for i in range(6)]
+    deadline = time.monotonic() + WAIT_S
+    while backend.batched_contains(keys) < len(keys):  # the CPU backend's copy is async
+        assert time.monotonic() < deadline, "the plugin never held the chunks"
+        time.sleep(0.02)
+    manager.clear(locations=["LocalCPUBackend"])  # only poold holds them now
+    for k, expected in zip(keys, written, strict=True):
+        got = manager.get(k)
+        assert got is not None, f"{k} missing"
+        assert got.get_shapes() == [SHAPE] and got.get_dtypes() == [torch.bfloat16]
+        assert torch.equal(got.tensor.view(torch.int16), expected.view(torch.int16))
+        got.ref_count_down()
+    assert backend.batched_contains([keys[0], key(999), keys[1]]) == 1  # a prefix
+
+
+def test_remove_and_a_revoked_lease_are_misses(manager: StorageManager) -> None:
+    chunks(manager, 2, seed=2)
+    backend = plugin(manager)
+    assert backend.remove(key(200)) and not backend.contains(key(200))
+    assert not backend.remove(key(200))
+    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("a")) as c:
+        (lease_id,) = [x.id for x in c.leases() if x.state == "active"]
+    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("admin")) as c:
+        c.raw("POST", f"/v1/leases/{lease_id}/revoke")
+    deadline = time.monotonic() + WAIT_S
+    while backend.contains(key(201)):  # until the keepalive thread hears of it
+        assert time.monotonic() < deadline, "the plugin never saw its lease revoked"
+        time.sleep(0.05)
+    assert backend.get_blocking(key(201)) is None
+
+
+def test_an_unknown_poold_parameter_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="budget"):
+        PooldBackend(config=config(budget=1), metadata=metadata(),
+                     local_cpu_backend=object())
