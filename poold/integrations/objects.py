@@ -81,37 +81,38 @@ class ObjectStore:
     # -- writes --------------------------------------------------------------------------------
 
     def put_many(self, keys: Sequence[bytes], objects: Sequence[memoryview]) -> list[Put]:
-        """Store each object (a byte view) under its key, in one batch of blocks; a key held
-        already is not written again. Per key, what was done."""
+        """Store each object (a byte view) under its key, in one batch of blocks; the blocks of
+        an object held already are not written again (poold.kv keeps a key it holds), but a
+        block of it that was evicted is. Per key, what was done."""
         if len(keys) != len(objects):
             raise ValueError(f"{len(objects)} objects for {len(keys)} keys")
-        present = self._present(keys)
-        todo = [i for i, p in enumerate(present) if p is None]
-        blocks: list[bytes] = []
-        views: list[memoryview | bytearray] = []
-        records: dict[int, StoredObject] = {}
-        for i in todo:
-            record = StoredObject(keys[i], objects[i].nbytes,
-                                  part_keys(keys[i], objects[i].nbytes, self.block_size))
-            records[i] = record
-            blocks += record.parts
-            views += self._cut(objects[i])
-        held = self.kv.put_many(blocks, views) if blocks else []
-        outcome = [Put.PRESENT if p is not None else Put.REFUSED for p in present]
-        at = 0
-        failed: list[bytes] = []
+        if not keys:
+            return []
+        size = self.block_size
         with self._lock:
-            for i in todo:
-                record = records[i]
+            known = [self._objects.get(k) for k in keys]
+        records = [r if r is not None and r.nbytes == o.nbytes
+                   else StoredObject(k, o.nbytes, part_keys(k, o.nbytes, size))
+                   for k, o, r in zip(keys, objects, known, strict=True)]
+        blocks = [b for r in records for b in r.parts]
+        views = [v for o in objects for v in self._cut(o)]
+        # one block (an engine that stores chunk by chunk): poold.kv's shorter path
+        held = [self.kv.put(blocks[0], views[0])] if len(blocks) == 1 else \
+            self.kv.put_many(blocks, views)
+        outcome: list[Put] = []
+        at = 0
+        failed: list[StoredObject] = []
+        with self._lock:
+            for record, was in zip(records, known, strict=True):
                 ok = all(held[at:at + len(record.parts)])
-                if ok:
-                    self._objects[keys[i]] = record
-                else:
-                    failed += [b for b, h in zip(record.parts, held[at:], strict=False) if h]
-                outcome[i] = Put.STORED if ok else Put.REFUSED
                 at += len(record.parts)
-        if failed:  # half an object is no object: free what its other parts took
-            self.kv.discard(failed)
+                if ok:
+                    self._objects[record.key] = record
+                    outcome.append(Put.PRESENT if was is record else Put.STORED)
+                else:
+                    failed.append(record)
+                    outcome.append(Put.REFUSED)
+        self._forget(failed)  # half an object is no object: free what its other parts took
         return outcome
 
     def _cut(self, obj: memoryview) -> list[memoryview | bytearray]:
@@ -172,18 +173,19 @@ class ObjectStore:
         it hit; a miss may have left its buffer partly written, never with another's bytes."""
         if len(keys) != len(out):
             raise ValueError(f"{len(out)} buffers for {len(keys)} keys")
-        records = self._present(keys)
-        hits = [r is not None and r.nbytes == o.nbytes for r, o in zip(records, out, strict=True)]
-        for i, record in enumerate(records):
-            if hits[i] and record is not None:
-                hits[i] = self._read(record, out[i])
-        return hits
+        with self._lock:
+            records = [self._objects.get(k) for k in keys]
+        return [r is not None and r.nbytes == o.nbytes and self._read(r, o)
+                for r, o in zip(records, out, strict=True)]
 
     def _read(self, record: StoredObject, out: memoryview) -> bool:
         size = self.block_size
         dst = out.cast("B") if out.format != "B" or out.ndim != 1 else out
         whole = record.nbytes // size
-        ok = whole == 0 or all(self.kv.get_many_into(record.parts[:whole], dst))
+        if whole == 1:  # one block (a chunk of the block size): poold.kv's shorter path
+            ok = self.kv.get_into(record.parts[0], dst)
+        else:
+            ok = whole == 0 or all(self.kv.get_many_into(record.parts[:whole], dst))
         if ok and record.nbytes % size:
             tail = bytearray(size)
             ok = self.kv.get_into(record.parts[whole], tail)

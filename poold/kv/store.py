@@ -186,7 +186,24 @@ class KVStore:
             return self._finish(keys, found, out)
 
     def get_into(self, key: bytes, out: BufferLike) -> bool:
-        return self.get_many_into([key], out)[0]
+        """get_many_into for one key, on a shorter path (an engine may call it once a block).
+        The copy runs under the lock, as every get's does, and the lease is checked after it:
+        lost by then, it is a miss."""
+        dst = output_view(out, 1, self.block_size)
+        with self._lock:
+            self._check_open()
+            self._tier.tick()
+            where = self._index.get(key)
+            buffer = None if where is None else buffer_or_none(where.slab)
+            if where is not None and buffer is not None:
+                dst[:self.block_size] = buffer[where.offset:where.offset + self.block_size]
+                if where.slab.usable:
+                    self._index.touch(key)
+                    self._index.counts["hits"] += 1
+                    return True
+                self._tier.reap_lost()
+            self._index.counts["misses"] += 1
+            return False
 
     def get_many_into(self, keys: Sequence[bytes], out: BufferLike) -> list[bool]:
         """Copy block i into out[i * block_size:(i + 1) * block_size]; a miss leaves its part

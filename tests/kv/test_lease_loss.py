@@ -153,6 +153,36 @@ def test_a_lease_lost_during_a_single_put_indexes_nothing(
         assert store.get(key) == make_blocks(1, bs, seed=4)
 
 
+def test_a_lease_lost_during_a_single_get_into_is_a_miss(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """get_into() has its own one-block path: a lease lost by the end of its copy is a miss,
+    and one lost before it is not even read."""
+    bs = 16 * KiB
+    with KVStore(client, bs, budget_bytes=2 * LEASE, lease_bytes=LEASE) as store:
+        keys = make_keys(2, tag=11)
+        assert all(store.put_many(keys, make_blocks(2, bs, seed=5)))
+        out = bytearray(bs)
+        assert store.get_into(keys[0], out) and out == block(make_blocks(2, bs, seed=5), 0, bs)
+        original = LeaseSlab.buffer
+
+        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
+            view = original(slab)
+            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
+            return view
+
+        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        assert store.get_into(keys[1], bytearray(bs)) is False  # copied, then found lost
+        monkeypatch.undo()
+        untouched = bytearray(b"\xee" * bs)
+        assert store.get_into(keys[0], untouched) is False  # lost before: nothing copied
+        assert untouched == b"\xee" * bs
+        stats = store.stats()
+        assert (stats.hits, stats.misses, stats.leases_lost, stats.lost) == (1, 2, 1, 2)
+        assert not any(store.contains_many(keys))
+        with pytest.raises(ValueError, match="holds"):
+            store.get_into(keys[0], bytearray(bs - 1))
+
+
 def test_single_puts_after_a_revocation_never_touch_the_revoked_extent(
         client: PooldClient) -> None:
     with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=TTL_S) as store:
