@@ -182,7 +182,7 @@ def measure(layers: int, chunks: int, rounds: int, state: Path, work: Path
     moved = chunk_bytes(layers) * chunks
     results: dict[str, dict[str, list[float]]] = {n: {} for n in made}
     try:
-        for name, backend in made.items():  # warm: first leases, first mapping, page cache
+        for backend in made.values():  # warm: first leases, first mapping, page cache
             one_round(backend, keys, objs)
         for _ in range(rounds):
             for name, backend in made.items():
