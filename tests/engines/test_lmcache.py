@@ -20,10 +20,13 @@ returns), which no real store has; the loader path it covers is what check_backe
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.engines.conftest import HERE, leases_granted, run_pytest
-from tests.engines.venvs import LMCACHE, python, sdist_tests
+from tests.engines.venvs import LMCACHE, REPO, python, sdist_tests
 
 pytestmark = pytest.mark.slow
 
@@ -54,3 +57,17 @@ def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:
                                        str(inner / "check_backend.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
     run.expect(passed=8)
+
+
+def test_the_lmcache_bench_runs_and_checks_its_bytes(tmp_path: Path) -> None:
+    """bench/lmcache_tier.py --quick, in LMCache's venv: both backends store and retrieve every
+    chunk size both ways (it compares every chunk it gets back) and the report has every row."""
+    out = tmp_path / "bench.md"
+    done = subprocess.run([str(python(LMCACHE)), str(REPO / "bench" / "lmcache_tier.py"),
+                           "--quick", "--out", str(out)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line for line in out.read_text().splitlines()
+            if line.startswith("| ") and "KiB" in line]
+    assert len(rows) == 12, rows
+    assert all(float(r.split("|")[3]) > 0 and float(r.split("|")[4]) > 0 for r in rows)
