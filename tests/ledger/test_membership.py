@@ -9,12 +9,16 @@ from functools import partial
 
 import pytest
 
+from poold.errors import DeviceBusy, UnknownDevice
 from poold.inventory import DeviceSpec
-from poold.ledger import membership, pools, reads, registry
+from poold.ledger import leases, membership, pools, reads, registry
+from poold.ledger.leases import GrantRequest
+from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
+from poold.ledger.views import DeviceView
 from poold.models import Pool
 from poold.types import DeviceKind, MiB
-from tests.conftest import LedgerFactory, emulated_spec
+from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 CXL = DeviceSpec(uid="cxl:0x4a3b/0x0,0x4a3c/0x10000000+0x1000", kind=DeviceKind.DEVDAX,
                  devname="dax3.0", chardev="/dev/dax3.0", size=MiB, align=MiB, numa_node=2)
@@ -59,3 +63,80 @@ def test_an_assigned_device_keeps_its_pool_when_it_comes_back(make_ledger: Ledge
     shown = {d.devname: d for d in ledger.read(reads.devices)}
     assert (shown["emu0"].pool, shown["emu0"].pool_assigned) == ("kept", True)
     assert (shown["emu1"].pool, shown["emu1"].pool_assigned) == ("default", False)
+
+
+def kept_pool(ledger: Ledger) -> None:
+    policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    ledger.run(partial(pools.create_pool, policy=policy, actor="test"))
+
+
+def move(ledger: Ledger, device_id: int, name: str = "kept") -> None:
+    ledger.run(partial(membership.move_device, device_id=device_id, name=name, actor="admin:a"))
+
+
+def device_row(ledger: Ledger, devname: str) -> DeviceView:
+    return next(d for d in ledger.read(reads.devices) if d.devname == devname)
+
+
+def test_a_move_is_recorded_with_its_host_device_and_both_pools(make_ledger: LedgerFactory
+                                                                 ) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    kept_pool(ledger)
+    emu0 = device_row(ledger, "emu0")
+    move(ledger, emu0.id)
+    (event,) = [e for e in ledger.read(lambda s, now: reads.events(s, kind="device.changed"))]
+    assert (event.actor, event.host, event.device_id) == ("admin:a", HOST, emu0.id)
+    assert event.details["devname"] == "emu0"
+    assert event.details["changed"] == {"pool": ["default", "kept"]}
+    assert (device_row(ledger, "emu0").pool, device_row(ledger, "emu0").pool_assigned) == (
+        "kept", True)
+
+
+def test_moving_a_device_into_its_own_pool_makes_the_assignment_explicit(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    emu0 = device_row(ledger, "emu0")
+    assert (emu0.pool, emu0.pool_assigned) == ("default", False)  # placed by the rules
+    move(ledger, emu0.id, "default")
+    assert (device_row(ledger, "emu0").pool, device_row(ledger, "emu0").pool_assigned) == (
+        "default", True)
+    assert ledger.read(lambda s, now: reads.events(s, kind="device.changed")) == []
+
+
+def test_an_unknown_device_is_refused_by_its_id(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    kept_pool(ledger)
+    with pytest.raises(UnknownDevice, match=r"^no device 9999$"):
+        move(ledger, 9999)
+
+
+def test_a_device_holding_leases_is_refused_naming_three_of_them(make_ledger: LedgerFactory
+                                                                   ) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    kept_pool(ledger)
+    held = [ledger.run(partial(leases.grant, request=GrantRequest(
+        size=2 * MiB, actor="test", ttl_s=600, device="emu0"))).id for _ in range(4)]
+    with pytest.raises(DeviceBusy) as refused:
+        move(ledger, device_row(ledger, "emu0").id)
+    message = str(refused.value)
+    named = message.split("lease(s) (", 1)[1].split(")", 1)[0].split(", ")
+    assert message.startswith("emu0 holds 4 lease(s) (")
+    assert len(named) == 3 and set(named) <= set(held)
+    assert device_row(ledger, "emu0").pool == "default"
+
+
+def test_another_hosts_claim_refuses_a_move_naming_that_host(make_ledger: LedgerFactory
+                                                              ) -> None:
+    shared = replace(emulated_spec(64 * MiB, name="shared0"), shared=True)
+    here = make_ledger([shared, emulated_spec(64 * MiB, "emu0")], host_id="host-a",
+                       claim_slice=16 * MiB)
+    there = make_ledger([shared], host_id="host-b", claim_slice=16 * MiB)
+    kept_pool(here)
+    lease = there.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                                ttl_s=600)))
+    there.run(partial(leases.release, lease_id=lease.id, actor="t"))  # its claim stays, idle
+    with pytest.raises(DeviceBusy, match=r"^shared0: host\(s\) host-b hold claims on it; "):
+        move(here, device_row(here, "shared0").id)
+    move(here, device_row(here, "emu0").id)  # a claim on another device is no refusal
+    move(there, device_row(there, "shared0").id)  # its own claim does not refuse its move
+    assert device_row(here, "shared0").pool == "kept"
