@@ -80,7 +80,8 @@ def test_refusals_change_nothing(served: Served) -> None:
     # The default pool holds the emulated device, and this daemon's config places devices there.
     detail = served.refused(409, "Conflict", "DELETE", "/v1/pools/default")
     assert "config" in detail
-    served.refused(404, "UnknownTenant", "DELETE", "/v1/pools/spare/quotas/nobody")
+    detail = served.refused(404, "UnknownTenant", "DELETE", "/v1/pools/spare/quotas/nobody")
+    assert detail == "tenant 'nobody' has no quota in pool 'spare'"
     served.refused(422, "ValidationError", "PUT", "/v1/pools/spare/quotas/team-a",
                    json={"max_bytes": -1})
     with served.tenant("team-a") as tenant:
@@ -209,6 +210,9 @@ def test_a_tenants_quota_in_a_pool(served: Served) -> None:
     changes = events(served, "pool.quota_changed")
     newest_first = [e["details"].get("cleared", False) for e in changes]
     assert newest_first == [True, False, False]
+    assert changes[0]["host"] == "test-host"  # the daemon that cleared it
+    assert (changes[0]["details"]["pool"], changes[0]["details"]["tenant"]) == ("default",
+                                                                                "team-a")
 
 
 def test_a_tenant_sees_only_the_pools_it_may_use(served: Served) -> None:
