@@ -15,6 +15,7 @@ import pytest
 
 from poold.client import PooldClient
 from tests.daemon_fixtures import serve_process
+from tests.engines.venvs import Engine, python
 
 HERE = Path(__file__).parent
 RUN_S = 900  # one engine suite, bounded
@@ -85,10 +86,10 @@ class Run:
                         f"{self.stdout[-12000:]}\n{self.stderr[-3000:]}", pytrace=False)
 
 
-def run_pytest(python: Path, args: list[str], *, cwd: Path, env: dict[str, str],
+def run_pytest(engine: Engine, args: list[str], *, cwd: Path, env: dict[str, str],
                plugin_dir: Path) -> Run:
     """The engine venv's pytest, bounded."""
-    environ = {**os.environ, **env, "PYTHONPATH": str(plugin_dir)}
-    done = subprocess.run([str(python), "-m", "pytest", *args], cwd=cwd, env=environ,
+    environ = {**os.environ, **dict(engine.env), **env, "PYTHONPATH": str(plugin_dir)}
+    done = subprocess.run([str(python(engine)), "-m", "pytest", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=RUN_S)
     return Run(done.returncode, done.stdout, done.stderr)

@@ -39,10 +39,10 @@ CONTRACT_TESTS = 44  # in LMCache 0.5.6's file: all must run, less the ones left
 
 
 def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]) -> None:
-    venv_python, root = python(LMCACHE), sdist_tests(LMCACHE)
+    root = sdist_tests(LMCACHE)
     deselect = [a for test in NOT_APPLICABLE for a in ("--deselect", test)]
     before = leases_granted(engine_env, "a")
-    run = run_pytest(venv_python, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
+    run = run_pytest(LMCACHE, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
                                    "-o", "log_cli=false", CONTRACT, *deselect],
                      cwd=root, env=engine_env, plugin_dir=HERE / "lmcache_inner")
     run.expect(passed=CONTRACT_TESTS - len(NOT_APPLICABLE))
@@ -52,7 +52,7 @@ def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]
 
 def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:
     inner = HERE / "lmcache_inner"
-    run = run_pytest(python(LMCACHE), ["-c", str(inner / "pytest.ini"), "-q",
+    run = run_pytest(LMCACHE, ["-c", str(inner / "pytest.ini"), "-q",
                                        str(inner / "check_adapter.py"),
                                        str(inner / "check_backend.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)

@@ -34,17 +34,30 @@ INSTALL_S = 1800  # a cold venv is about 2 GB of wheels
 class Engine:
     name: str
     version: str
-    requirements: tuple[str, ...]  # pip arguments, CPU torch first so the engine keeps it
+    # pip install steps, in order (CPU torch first, so the engine keeps it); "{sdist}" stands
+    # for the unpacked sdist, for an engine whose requirements ship only there
+    installs: tuple[tuple[str, ...], ...]
     sdist_sha256: str
+    keep: tuple[str, ...]  # what of the sdist is unpacked: its tests, and what installs name
     size: str  # what a cold install costs, said when the tier skips
+    env: tuple[tuple[str, str], ...] = ()  # what the engine's processes need set
 
     @property
     def slug(self) -> str:
         return f"{self.name}-{self.version}"
 
 
-LMCACHE = Engine("lmcache", "0.5.6", ("torch==2.13.0", "lmcache==0.5.6"),
-                 "d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e", "1.9 GB")
+LMCACHE = Engine("lmcache", "0.5.6", (("torch==2.13.0", "lmcache==0.5.6"),),
+                 "d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e",
+                 ("tests/", "pytest.ini"), "1.9 GB")
+# vLLM pins a torch of its own: installed without its dependencies, then its common ones (the
+# CUDA-only ones left out), as vLLM documents for CPU-only use.
+VLLM = Engine("vllm", "0.33.0",
+              (("torch==2.13.0", "pytest"), ("--no-deps", "vllm==0.33.0"),
+               ("-r", "{sdist}/requirements/common.txt")),
+              "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+              ("tests/v1/kv_offload/", "requirements/"), "3.5 GB",
+              (("VLLM_TARGET_DEVICE", "cpu"),))
 
 
 def cache_dir() -> Path:
@@ -63,14 +76,17 @@ def python(engine: Engine) -> Path:
     """The engine venv's python, with this checkout's poold installed in it (once a session)."""
     venv = cache_dir() / engine.slug
     marker = venv / ".poold-requirements"
-    wanted = json.dumps(engine.requirements)
+    wanted = json.dumps(engine.installs)
     if not marker.exists() or marker.read_text() != wanted:
         if not required("engines"):
             unmet("engines", f"no {engine.slug} venv in {cache_dir()}: building it installs "
                              f"{engine.size} from PyPI")
+        sdist = sdist_tests(engine)
         shutil.rmtree(venv, ignore_errors=True)
         _run(sys.executable, "-m", "venv", venv)
-        _run(venv / "bin" / "pip", "install", "--quiet", *engine.requirements)
+        for step in engine.installs:
+            _run(venv / "bin" / "pip", "install", "--quiet",
+                 *(a.replace("{sdist}", str(sdist)) for a in step))
         marker.write_text(wanted)
     # Not editable: the cache outlives this checkout, and another clone may use it next. pip
     # reinstalls a local directory every time; the engine brought setuptools to build it.
@@ -84,11 +100,11 @@ def _index() -> str:
 
 @functools.cache
 def sdist_tests(engine: Engine) -> Path:
-    """A folder holding the engine's sdist `tests/` (and its pytest.ini), fetched once, checked
-    against the pinned sha256. Tests run from there, so the sdist's own package never shadows
-    the installed one."""
+    """A folder holding what the engine keeps of its sdist (its `tests/`, its pytest.ini, its
+    requirements), fetched once, checked against the pinned sha256. Tests run from there, so
+    the sdist's own package never shadows the installed one."""
     root = cache_dir() / f"{engine.slug}-sdist"
-    if (root / "tests").is_dir():
+    if (root / ".complete").exists():
         return root
     name = f"{engine.name}-{engine.version}.tar.gz"
     request = urllib.request.Request(f"{_index()}/{engine.name}/",
@@ -109,13 +125,13 @@ def sdist_tests(engine: Engine) -> Path:
     top = f"{engine.name}-{engine.version}"
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers()
-                   if m.name.startswith((f"{top}/tests/", f"{top}/pytest.ini"))]
+                   if m.name.startswith(tuple(f"{top}/{k}" for k in engine.keep))]
         tar.extractall(staging, members=members, filter="data")
-    (staging / top / "tests").rename(staging / "tests")
-    if (staging / top / "pytest.ini").exists():
-        (staging / top / "pytest.ini").rename(staging / "pytest.ini")
+    for kept in (staging / top).iterdir():
+        kept.rename(staging / kept.name)
     shutil.rmtree(staging / top)
     archive.unlink()
+    (staging / ".complete").touch()
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
     return root

@@ -1,0 +1,30 @@
+"""vLLM 0.33.0 with poold as a secondary tier of its tiered KV offloading, on a real daemon.
+
+Our checks inside vLLM (vllm_inner/check_tier.py, in vLLM's venv, CPU torch): vLLM's
+SecondaryTierFactory builds the tier from the operator's `secondary_tiers` entry; vLLM's own
+TieringOffloadingManager over its CPU primary tier cascades stored chunks to poold and promotes
+evicted ones back, byte for byte; two tenants' rows under one key stay their own; a load of a
+key poold lacks fails naming the keys that did load; a revoked lease fails the loads and writes
+nothing into the rows; an unknown parameter is refused by name.
+
+vLLM's own tiering tests (tests/v1/kv_offload/tiering/) are not run against poold yet: they test
+the tiering manager through the example tier's internals (they put keys into its `chunks` dict
+and count on it finishing every job inside the call), which a real store does not have.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engines.conftest import HERE, run_pytest
+from tests.engines.venvs import VLLM
+
+pytestmark = pytest.mark.slow
+
+
+def test_poold_inside_vllm(engine_env: dict[str, str]) -> None:
+    inner = HERE / "vllm_inner"
+    run = run_pytest(VLLM, ["-c", str(inner / "pytest.ini"), "-q",
+                            str(inner / "check_tier.py")],
+                     cwd=inner, env=engine_env, plugin_dir=inner)
+    run.expect(passed=5)
