@@ -1,0 +1,121 @@
+"""Pool administration in the ledger itself (beneath the API's schema, which bounds most input
+first): a quota's bounds, inclusive at both ends, and each refusal saying them; a quota change
+recorded with its host, pool, tenant and values; retirement refused while a present device or
+this host's config holds the pool, naming them; on both databases."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+
+from poold.errors import Conflict, InvalidRequest
+from poold.ledger import membership, pools, reads, registry
+from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
+from poold.models import Pool
+from poold.types import MAX_BYTES, MiB
+from tests.conftest import HOST, LedgerFactory, emulated_spec
+
+MAX_LEASES = 2**31 - 1
+
+
+def kept_pool(ledger: Ledger) -> None:
+    policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    ledger.run(partial(pools.create_pool, policy=policy, actor="test"))
+
+
+def set_quota(ledger: Ledger, tenant: str = "team-a", **limits: Any) -> tuple[Any, Any]:
+    def run(tx: Tx) -> tuple[Any, Any]:
+        quota = pools.set_pool_quota(tx, "default", tenant, actor="admin:a",
+                                     **{"max_bytes": None, "max_leases": None, **limits})
+        return quota.max_bytes, quota.max_leases
+    return ledger.run(run)
+
+
+@pytest.mark.parametrize("limits", [
+    {"max_bytes": 0}, {"max_bytes": MAX_BYTES}, {"max_leases": 0},
+    {"max_leases": MAX_LEASES}, {"max_bytes": 8 * MiB, "max_leases": 3},
+])
+def test_a_quota_at_its_bounds_is_taken(make_ledger: LedgerFactory,
+                                        limits: dict[str, int]) -> None:
+    ledger = make_ledger()
+    assert set_quota(ledger, **limits) == (limits.get("max_bytes"), limits.get("max_leases"))
+
+
+@pytest.mark.parametrize(("limits", "refusal"), [
+    ({"max_bytes": -1}, f"max_bytes must be between 0 and {MAX_BYTES}, got -1"),
+    ({"max_bytes": MAX_BYTES + 1},
+     f"max_bytes must be between 0 and {MAX_BYTES}, got {MAX_BYTES + 1}"),
+    ({"max_leases": -1}, f"max_leases must be between 0 and {MAX_LEASES}, got -1"),
+    ({"max_leases": MAX_LEASES + 1},
+     f"max_leases must be between 0 and {MAX_LEASES}, got {MAX_LEASES + 1}"),
+    ({"max_leases": 2**32 - 1}, f"max_leases must be between 0 and {MAX_LEASES}, got "),
+])
+def test_a_quota_past_its_bounds_is_refused_saying_them(
+        make_ledger: LedgerFactory, limits: dict[str, int], refusal: str) -> None:
+    ledger = make_ledger()
+    with pytest.raises(InvalidRequest) as refused:
+        set_quota(ledger, **limits)
+    assert str(refused.value).startswith(refusal)
+    assert ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed")) == []
+
+
+def test_a_bad_tenant_name_is_refused_as_one(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    with pytest.raises(InvalidRequest, match=r"^tenant name 'bad name': 1 to "):
+        set_quota(ledger, tenant="bad name", max_leases=1)
+
+
+def test_a_quota_change_is_recorded_with_its_host_pool_tenant_and_values(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    set_quota(ledger, max_bytes=8 * MiB, max_leases=3)
+    assert set_quota(ledger, max_leases=5) == (None, 5)  # a second set replaces both
+    second, first = ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed"))
+    assert (first.actor, first.host) == ("admin:a", HOST)
+    assert first.details == {"pool": "default", "tenant": "team-a", "max_bytes": 8 * MiB,
+                             "max_leases": 3}
+    assert second.details == {"pool": "default", "tenant": "team-a", "max_bytes": None,
+                              "max_leases": 5}
+
+
+def test_retiring_the_pool_this_hosts_config_places_devices_in_is_refused(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([])
+    kept_pool(ledger)
+    with pytest.raises(Conflict) as refused:
+        ledger.run(partial(pools.retire_pool, name="kept", actor="a",
+                           keep=frozenset({"kept"})))
+    assert str(refused.value) == ("pool 'kept' is where this host's config places devices "
+                                  "(default_pool or device_pools): change the config first")
+
+
+def test_retiring_a_pool_is_refused_naming_five_of_its_present_devices(
+        make_ledger: LedgerFactory) -> None:
+    names = [f"emu{i}" for i in range(6)]
+    ledger = make_ledger([emulated_spec(16 * MiB, n) for n in names])
+    kept_pool(ledger)
+    for d in ledger.read(reads.devices):
+        ledger.run(partial(membership.move_device, device_id=d.id, name="kept", actor="a"))
+    with pytest.raises(Conflict) as refused:
+        ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    assert str(refused.value) == ("pool 'kept' holds 6 device(s) "
+                                  "(emu0, emu1, emu2, emu3, emu4): move them out first")
+
+
+def test_a_device_gone_missing_does_not_hold_its_pool(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(16 * MiB, "emu0")])
+    kept_pool(ledger)
+    (emu0,) = ledger.read(reads.devices)
+    ledger.run(partial(membership.move_device, device_id=emu0.id, name="kept", actor="a"))
+
+    def vanish(tx: Tx) -> None:
+        registry.reconcile_devices(tx, [], tx.session.query(Pool).filter_by(
+            name="default").one())
+    ledger.run(vanish)
+    assert [d.state for d in ledger.read(reads.devices)] == ["missing"]
+    ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    (event,) = ledger.read(lambda s, now: reads.events(s, kind="pool.retired"))
+    assert (event.host, event.details["pool"]) == (HOST, "kept")
