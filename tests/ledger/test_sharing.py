@@ -199,6 +199,44 @@ def test_a_lost_host_is_reclaimed_after_ttl_plus_grace_not_before(
     clean(b)
 
 
+def test_adopting_a_lost_hosts_unscrubbed_claims_frees_their_bytes_at_once_and_says_why(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    watch_a, watch_b = FakeMonotonic(), FakeMonotonic()
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_a))
+    b = make_ledger([SHARED], host_id="host-b", claim_slice=16 * MiB,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_b))
+    tick(a)
+    tick(b)
+    live = grant(b, 4 * MiB)  # b's first claim holds it
+    for gone in [grant(b, 16 * MiB) for _ in range(3)]:
+        release(b, gone.id)  # three more claims of b, idle now (kept for claim_idle_s)
+    claims_of_b = b.read(lambda s, _: {c.id: (c.offset, c.length) for c in s.query(Claim)
+                                       .filter_by(host_id="host-b", state="active")})
+    assert len(claims_of_b) == 4
+    clock.advance(TTL + GRACE + 1)
+    watch_a.now += TTL + GRACE + 1
+    tick(a)  # b is lost: a adopts its claims and its lease
+    adopted_at = clock.now()
+    view = lease_view(a, live.id)
+    assert (view.state, view.host) == (LeaseState.LOST, "host-a")
+    assert view.ended_at == adopted_at  # ended by the ledger clock, at the adoption
+    (lost,) = a.read(lambda s, _now: reads.events(s, kind="lease.lost"))
+    assert (lost.actor, lost.host, lost.lease_id) == ("reaper", "host-b", live.id)
+    assert (lost.details["reason"], lost.details["by"]) == ("host host-b lost", "host-a")
+    # What held no lease went back at once; so did the lost lease's claim, its bytes unscrubbed.
+    released = a.read(lambda s, _now: reads.events(s, kind="claim.released"))
+    gave_back = {e.details["claim_id"]: (e.details["offset"], e.details["length"])
+                 for e in released if e.details["reason"] == "host host-b lost"}
+    assert gave_back == claims_of_b
+    assert {(e.actor, e.host) for e in released if e.details["claim_id"] in gave_back} == {
+        ("reaper", "host-a")}
+    assert a.read(lambda s, _: s.query(Claim).filter_by(state="active").count()) == 0
+    every_byte = [grant(a, 16 * MiB) for _ in range(4)]  # at once, without another tick
+    assert sorted(x.offset for x in every_byte) == [i * 16 * MiB for i in range(4)]
+    clean(a)
+
+
 def test_a_fenced_host_records_its_leases_lost_when_the_ledger_is_back(
         make_ledger: LedgerFactory) -> None:
     watch = FakeMonotonic()
