@@ -4,6 +4,7 @@ SO_PEERCRED. A caller that does not hold the lease gets nothing."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from poold import errors
-from poold.client import PooldClient
+from poold.client import Mapping, PooldClient
 from poold.client.fdsocket import receive_fd
 from poold.types import MiB
 from tests.daemon_fixtures import serving_daemon
@@ -40,6 +41,44 @@ def test_map_through_a_passed_descriptor(daemon_dir: tuple[str, Path]) -> None:
         assert lease.info.map_path is not None
         with open(lease.info.map_path, "rb") as memory:
             assert memory.read(6) == b"passed"
+
+
+def resident_bytes(mapping: Mapping) -> int:
+    """How much of the mapping is in this process's page tables (Rss in /proc/self/smaps)."""
+    start = ctypes.addressof(ctypes.c_char.from_buffer(mapping.buffer))
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        head = line.split()[0]
+        if "-" in head and int(head.split("-")[0], 16) == start:
+            rss = next(x for x in lines[i + 1:] if x.startswith("Rss:"))
+            return int(rss.split()[1]) * 1024
+    raise AssertionError("mapping not in /proc/self/smaps")
+
+
+@pytest.mark.parametrize("through", ["fd", "open"])
+def test_a_mapping_is_prefaulted_unless_asked_not_to_be(daemon_dir: tuple[str, Path],
+                                                         through: str) -> None:
+    url, state = daemon_dir
+    fd_socket = str(state / "fd.sock") if through == "fd" else None
+    with PooldClient(url, fd_socket=fd_socket) as client, client.lease(4 * MiB) as lease:
+        with lease.map() as mapping:
+            assert (mapping.via, mapping.chardev) == (through, lease.info.chardev
+                                                      if through == "fd" else
+                                                      lease.info.map_path)
+            assert resident_bytes(mapping) == 4 * MiB
+        with lease.map(prefault=False) as lazy:
+            assert resident_bytes(lazy) == 0
+
+
+def test_a_lease_no_path_reaches_needs_the_fd_socket(daemon_dir: tuple[str, Path]) -> None:
+    url, _state = daemon_dir
+    with PooldClient(url) as client, client.lease(2 * MiB) as lease:
+        lease.info = lease.info.model_copy(update={"map_path": None})  # as system-ram answers
+        with pytest.raises(errors.ClientError) as refused:
+            lease.map()
+        assert str(refused.value) == (
+            f"lease {lease.id} is a {lease.info.kind} lease whose memory only its daemon can "
+            "hand out: pass fd_socket= to the client")
 
 
 def test_the_caller_is_named_by_its_credentials(daemon_dir: tuple[str, Path]) -> None:
