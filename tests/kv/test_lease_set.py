@@ -208,6 +208,10 @@ def test_a_lease_that_cannot_be_mapped_is_given_back_and_growth_backs_off(
     assert leases.grow() is None and leases.grow_failures == 1 and leases.slabs == []
     monkeypatch.undo()
     assert leases.grow() is None and leases.grow_failures == 1  # backing off
+    clock.advance(1.5)  # past the back-off: asked again, and it fails again
+    monkeypatch.setattr(Lease, "map", unmappable)
+    assert leases.grow() is None and leases.grow_failures == 2 and leases.slabs == []
+    monkeypatch.undo()
     for info in client.leases():  # what the daemon would have heard
         if info.state == "active":
             client.release(info.id)
