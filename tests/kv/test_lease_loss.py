@@ -53,6 +53,19 @@ def emptied(client: PooldClient, fd: int, lease_id: str) -> bytes:
     return os.pread(fd, LEASE, 0)
 
 
+def lose_on_next_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, the keepalive thread flips a lease lost just after a copy took its buffer:
+    the race no client can close, made to happen."""
+    original = LeaseSlab.buffer
+
+    def buffer_then_lose(slab: LeaseSlab) -> memoryview:
+        view = original(slab)
+        slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
+        return view
+
+    monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+
+
 def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
         client: PooldClient) -> None:
     with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=TTL_S) as store:
@@ -100,14 +113,7 @@ def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
         assert where is not None
         before = read_extent(where.map_path, where.map_offset, LEASE)
 
-        original = LeaseSlab.buffer
-
-        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
-            view = original(slab)
-            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"  # keepalive flips
-            return view
-
-        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        lose_on_next_buffer(monkeypatch)
         keys, data = make_keys(100), make_blocks(100, bs, seed=3)
         assert store.put_many(keys, data) == [False] * 100
         monkeypatch.undo()
@@ -133,14 +139,7 @@ def test_a_lease_lost_during_a_single_put_indexes_nothing(
     with KVStore(client, bs, budget_bytes=2 * LEASE, lease_bytes=LEASE) as store:
         first = make_keys(1, tag=9)
         assert store.put(first[0], make_blocks(1, bs))
-        original = LeaseSlab.buffer
-
-        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
-            view = original(slab)
-            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
-            return view
-
-        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        lose_on_next_buffer(monkeypatch)
         (key,) = make_keys(1, tag=10)
         assert store.put(key, make_blocks(1, bs, seed=4)) is False
         monkeypatch.undo()
@@ -163,14 +162,7 @@ def test_a_lease_lost_during_a_single_get_into_is_a_miss(
         assert all(store.put_many(keys, make_blocks(2, bs, seed=5)))
         out = bytearray(bs)
         assert store.get_into(keys[0], out) and out == block(make_blocks(2, bs, seed=5), 0, bs)
-        original = LeaseSlab.buffer
-
-        def buffer_then_lose(slab: LeaseSlab) -> memoryview:
-            view = original(slab)
-            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
-            return view
-
-        monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        lose_on_next_buffer(monkeypatch)
         assert store.get_into(keys[1], bytearray(bs)) is False  # copied, then found lost
         monkeypatch.undo()
         untouched = bytearray(b"\xee" * bs)

@@ -72,6 +72,15 @@ def object_key_bytes(key: ObjectKey) -> bytes:
     return head + b"".join(text) + bytes(key.chunk_hash)
 
 
+def _bitmap(flags: list[bool]) -> Bitmap:
+    """LMCache's per-key answer: bit i set where key i succeeded."""
+    bitmap = Bitmap(len(flags))
+    for i, ok in enumerate(flags):
+        if ok:
+            bitmap.set(i)
+    return bitmap
+
+
 class PooldL2Adapter(L2AdapterInterface):
     def __init__(self, config: PooldL2AdapterConfig, l1_memory_desc: object = None) -> None:
         super().__init__(max_capacity_bytes=config.settings.budget_bytes)
@@ -149,10 +158,7 @@ class PooldL2Adapter(L2AdapterInterface):
         return self._submit(lambda task_id: self._lookup(task_id, keys))
 
     def _lookup(self, task_id: int, keys: list[ObjectKey]) -> None:
-        bitmap = Bitmap(len(keys))
-        for i, ok in enumerate(self.objects.lock([object_key_bytes(k) for k in keys])):
-            if ok:
-                bitmap.set(i)
+        bitmap = _bitmap(self.objects.lock([object_key_bytes(k) for k in keys]))
         with self._lock:
             self._looked_up[task_id] = bitmap
         self._lookup_efd.notify()
@@ -172,12 +178,9 @@ class PooldL2Adapter(L2AdapterInterface):
         return self._submit(lambda task_id: self._load(task_id, keys, objects))
 
     def _load(self, task_id: int, keys: list[ObjectKey], objects: list[MemoryObj]) -> None:
-        bitmap = Bitmap(len(keys))
         hits = self.objects.get_many_into([object_key_bytes(k) for k in keys],
                                           [o.byte_array for o in objects])
-        for i, ok in enumerate(hits):
-            if ok:
-                bitmap.set(i)
+        bitmap = _bitmap(hits)
         accessed = [k for k, ok in zip(keys, hits, strict=True) if ok]
         if accessed:
             self._notify_keys_accessed(accessed)
