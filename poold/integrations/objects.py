@@ -136,6 +136,12 @@ class ObjectStore:
         self.kv.discard([b for r in records if r is not None for b in r.parts])
         return [None if r is None else r.nbytes for r in records]
 
+    def clear(self) -> None:
+        """Forget every object (pinned blocks are freed once unpinned)."""
+        with self._lock:
+            keys = list(self._objects)
+        self.delete(keys)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def sizes(self, keys: Sequence[bytes]) -> list[int | None]:

@@ -37,7 +37,7 @@ class Engine:
     # pip install steps, in order (CPU torch first, so the engine keeps it); "{sdist}" stands
     # for the unpacked sdist, for an engine whose requirements ship only there
     installs: tuple[tuple[str, ...], ...]
-    sdist_sha256: str
+    sdist_sha256: str | None  # None: the engine ships no sdist (its wheels carry no tests)
     keep: tuple[str, ...]  # what of the sdist is unpacked: its tests, and what installs name
     size: str  # what a cold install costs, said when the tier skips
     env: tuple[tuple[str, str], ...] = ()  # what the engine's processes need set
@@ -58,6 +58,13 @@ VLLM = Engine("vllm", "0.33.0",
               "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
               ("tests/v1/kv_offload/", "requirements/"), "3.5 GB",
               (("VLLM_TARGET_DEVICE", "cpu"),))
+# SGLang pins a CUDA torch and kernels: installed without its dependencies, then what its
+# HiCache storage modules import (found by importing them on a CPU-only machine).
+SGLANG = Engine("sglang", "0.5.23",
+                (("torch==2.13.0", "pytest", "numpy"), ("--no-deps", "sglang==0.5.23"),
+                 ("orjson", "psutil", "pybase64", "requests", "triton", "pillow", "starlette",
+                  "msgspec", "pyzmq", "tqdm", "IPython", "pydantic", "aiohttp")),
+                None, (), "2.3 GB")
 
 
 def cache_dir() -> Path:
@@ -81,12 +88,12 @@ def python(engine: Engine) -> Path:
         if not required("engines"):
             unmet("engines", f"no {engine.slug} venv in {cache_dir()}: building it installs "
                              f"{engine.size} from PyPI")
-        sdist = sdist_tests(engine)
+        sdist = sdist_tests(engine) if engine.sdist_sha256 is not None else None
         shutil.rmtree(venv, ignore_errors=True)
         _run(sys.executable, "-m", "venv", venv)
         for step in engine.installs:
             _run(venv / "bin" / "pip", "install", "--quiet",
-                 *(a.replace("{sdist}", str(sdist)) for a in step))
+                 *(a.replace("{sdist}", str(sdist)) for a in step))  # None only where unused
         marker.write_text(wanted)
     # Not editable: the cache outlives this checkout, and another clone may use it next. pip
     # reinstalls a local directory every time; the engine brought setuptools to build it.
@@ -103,6 +110,7 @@ def sdist_tests(engine: Engine) -> Path:
     """A folder holding what the engine keeps of its sdist (its `tests/`, its pytest.ini, its
     requirements), fetched once, checked against the pinned sha256. Tests run from there, so
     the sdist's own package never shadows the installed one."""
+    assert engine.sdist_sha256 is not None, f"{engine.slug} ships no sdist"
     root = cache_dir() / f"{engine.slug}-sdist"
     if (root / ".complete").exists():
         return root
