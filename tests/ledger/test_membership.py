@@ -4,12 +4,12 @@ absence while a device placed by the rules is placed again; on both databases.""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 
 import pytest
 
-from poold.errors import DeviceBusy, UnknownDevice
+from poold.errors import DeviceBusy, InvalidRequest, UnknownDevice
 from poold.inventory import DeviceSpec
 from poold.ledger import leases, membership, pools, reads, registry
 from poold.ledger.leases import GrantRequest
@@ -140,3 +140,53 @@ def test_another_hosts_claim_refuses_a_move_naming_that_host(make_ledger: Ledger
     move(here, device_row(here, "emu0").id)  # a claim on another device is no refusal
     move(there, device_row(there, "shared0").id)  # its own claim does not refuse its move
     assert device_row(here, "shared0").pool == "kept"
+
+
+def set_rules(ledger: Ledger, wanted: list[membership.Rule]) -> list[membership.Rule]:
+    return ledger.run(partial(membership.set_rules, wanted=wanted, actor="admin:a"))
+
+
+def test_rules_at_their_bounds_are_taken(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    most = [membership.Rule("name", f"emu{i}", "default") for i in range(membership.RULES_MAX)]
+    assert len(set_rules(ledger, most)) == membership.RULES_MAX
+    longest = membership.Rule("identity", "x" * 256, "default")
+    assert set_rules(ledger, [longest]) == [longest]
+
+
+@pytest.mark.parametrize(("wanted", "refusal"), [
+    ([membership.Rule("name", "emu*", "default")] * (membership.RULES_MAX + 1),
+     f"at most {membership.RULES_MAX} rules"),
+    ([membership.Rule("colour", "red", "default")],
+     "rule field 'colour': one of device, name, identity, numa_node, serial"),
+    ([membership.Rule("name", "", "default")],
+     "rule pattern '': 1 to 256 characters, no control characters"),
+    ([membership.Rule("name", "y" * 257, "default")],
+     f"rule pattern {'y' * 64!r}: 1 to 256 characters, no control characters"),
+    ([membership.Rule("name", "emu\x00", "default")],
+     "rule pattern 'emu\\x00': 1 to 256 characters, no control characters"),
+])
+def test_a_bad_rule_is_refused_saying_why_and_changes_nothing(
+        make_ledger: LedgerFactory, wanted: list[membership.Rule], refusal: str) -> None:
+    ledger = make_ledger()
+    before = ledger.read(lambda s, now: membership.rules(s))
+    with pytest.raises(InvalidRequest) as refused:
+        set_rules(ledger, wanted)
+    assert str(refused.value) == refusal
+    assert ledger.read(lambda s, now: membership.rules(s)) == before
+
+
+def test_a_rules_change_is_recorded_with_its_host_and_both_lists(make_ledger: LedgerFactory
+                                                                 ) -> None:
+    ledger = make_ledger()
+    first = [membership.Rule("name", "emu*", "default")]
+    set_rules(ledger, first)
+    second = [membership.Rule("serial", "0x4a*", "default"), *first]
+    set_rules(ledger, second)
+    assert set_rules(ledger, second) == second  # the same list again: no change, no record
+    changes = ledger.read(lambda s, now: reads.events(s, kind="pool.rules_changed"))
+    latest = changes[0]
+    assert (latest.actor, latest.host) == ("admin:a", HOST)
+    assert latest.details["rules"] == [asdict(r) for r in second]
+    assert latest.details["was"] == [asdict(r) for r in first]
+    assert [e.details["rules"] for e in changes].count([asdict(r) for r in second]) == 1
