@@ -119,3 +119,24 @@ def test_a_device_gone_missing_does_not_hold_its_pool(make_ledger: LedgerFactory
     ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
     (event,) = ledger.read(lambda s, now: reads.events(s, kind="pool.retired"))
     assert (event.host, event.details["pool"]) == (HOST, "kept")
+
+
+def test_an_edit_of_what_a_pool_has_no_setting_for_is_refused_naming_it(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    for changes, named in (({"name": "renamed"}, "name"),
+                           ({"colour": "red", "max_ttl_s": 60}, "colour"),
+                           ({"zeal": 1, "colour": "red"}, "colour, zeal")):
+        with pytest.raises(InvalidRequest) as refused:
+            ledger.run(partial(pools.edit_pool, name="default", changes=changes, actor="a"))
+        assert str(refused.value) == f"cannot change {named} of a pool"
+    assert ledger.read(lambda s, now: reads.events(s, kind="pool.changed")) == []
+
+
+def test_an_edit_is_recorded_with_its_host_and_what_changed(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    kept_pool(ledger)
+    ledger.run(partial(pools.edit_pool, name="kept", changes={"max_ttl_s": 300}, actor="a"))
+    (event,) = ledger.read(lambda s, now: reads.events(s, kind="pool.changed"))
+    assert (event.actor, event.host) == ("a", HOST)
+    assert event.details == {"pool": "kept", "changed": {"max_ttl_s": [600, 300]}}
