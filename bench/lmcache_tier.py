@@ -20,17 +20,14 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import torch
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
@@ -40,12 +37,15 @@ from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
 from lmcache.v1.storage_backend.plugins.dax_backend import DaxBackend
 
-from poold.integrations.lmcache import PooldBackend
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: bench/ is not a package
+
+from bench.poold_serve import POOL, poold_serve  # noqa: E402
+from poold.integrations.lmcache import PooldBackend  # noqa: E402
 
 MiB = 1 << 20
 TOKENS, HIDDEN = 256, 64  # per chunk: 2 (K, V) x layers x 256 tokens x 64, bfloat16
 LAYERS = (4, 16, 64)
-POOL = 512 * MiB
 
 
 def chunk_bytes(layers: int) -> int:
@@ -64,34 +64,6 @@ def config(extra: dict[str, Any]) -> LMCacheEngineConfig:
                                              lmcache_instance_id="poold-bench")
     made.extra_config = extra
     return made
-
-
-@contextmanager
-def poold_serve(work: Path) -> Iterator[Path]:
-    """A `poold serve` on an emulated pool, auth off; yields its state dir (api.sock, fd.sock)."""
-    state = work / "poold"
-    env = {**os.environ, "POOLD_AUTH": "off", "POOLD_FD_STORE": "none",
-           "POOLD_WATCH_UDEV": "false", "POOLD_DISCOVER_DAX": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "poold.cli.main", "serve", "--state-dir",
-                             str(state), "--emulate", f"{POOL // MiB}MiB", "--listen",
-                             "127.0.0.1:0"], env=env, stderr=(work / "serve.log").open("w"))
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (work / "serve.log").read_text()
-            assert time.monotonic() < deadline, "poold serve did not come up"
-            try:
-                transport = httpx.HTTPTransport(uds=str(state / "api.sock"))
-                with httpx.Client(transport=transport) as http:
-                    if http.get("http://poold/healthz").is_success:
-                        break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        yield state
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def backends(layers: int, state: Path, dax_file: Path) -> dict[str, Any]:
@@ -226,8 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 chunks, 3 rounds")
     parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parent.parent / "docs" /
-                        "bench-lmcache.md")
+                        default=ROOT / "docs" / "bench-lmcache.md")
     args = parser.parse_args()
     chunks, rounds = (8, 3) if args.quick else (32, 7)
     started = time.monotonic()

@@ -14,10 +14,14 @@ and count on it finishing every job inside the call), which a real store does no
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.engines.conftest import HERE, run_pytest
-from tests.engines.venvs import VLLM
+from tests.engines.venvs import REPO, VLLM, python
 
 pytestmark = pytest.mark.slow
 
@@ -28,3 +32,17 @@ def test_poold_inside_vllm(engine_env: dict[str, str]) -> None:
                             str(inner / "check_tier.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
     run.expect(passed=5)
+
+
+def test_the_vllm_bench_runs_and_checks_its_rows(tmp_path: Path) -> None:
+    """bench/vllm_tier.py --quick, in vLLM's venv: every tier takes every job, poold's and the
+    file-system tier's loaded rows are compared with the stored ones, every row is reported."""
+    out = tmp_path / "bench.md"
+    done = subprocess.run([str(python(VLLM)), str(REPO / "bench" / "vllm_tier.py"), "--quick",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env={**os.environ, **dict(VLLM.env)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line for line in out.read_text().splitlines()
+            if line.startswith("| ") and "KiB" in line]
+    assert len(rows) == 8, rows
+    assert all(float(r.split("|")[3]) > 0 and float(r.split("|")[4]) > 0 for r in rows)
