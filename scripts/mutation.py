@@ -111,9 +111,10 @@ def seed(root: Path = ROOT) -> int:
     return seeded
 
 
-def save(root: Path = ROOT) -> None:
+def save(root: Path = ROOT, ran: bool = True) -> None:
     """The decided results of root/mutants, with the hashes that keep them valid, to the results
-    file; the commits whose runs made them are kept in a list."""
+    file; the commits whose runs made them are kept in a list (`ran`: this checkout's commit
+    joins it; a report alone adds none)."""
     path = root / RESULTS.relative_to(ROOT)
     before = json.loads(path.read_text()) if path.exists() else {"commits": []}
     modules = {}
@@ -126,7 +127,9 @@ def save(root: Path = ROOT) -> None:
             "durations_by_key": {k: round(v, 2) for k, v in sorted(data["durations_by_key"].items())
                                  if k in decided},
         }
-    commits = [c for c in before["commits"] if c != commit(root)] + [commit(root)]
+    here = commit(root)
+    commits = [c for c in before["commits"] if c != here] + [here] if ran or not \
+        before["commits"] else list(before["commits"])
     path.write_text(json.dumps({"mutmut": mutmut_version(), "commits": commits,
                                 "modules": modules}, indent=1) + "\n")
 
@@ -226,7 +229,7 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
     took = f", took {took_s / 60:.0f} min" if took_s is not None else ""
     lines = [
         "# Mutation testing: the core guarantees", "",
-        f"Command: `scripts/mutation`. Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC{took}, "
+        f"Command: `scripts/mutation`. Written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC{took}, "
         f"on commit {commit()}, mutmut {mutmut_version()}, Python "
         f"{platform.python_version()}, {os.cpu_count()} CPUs. Results from the runs on "
         f"{', '.join(carried_from())} (docs/mutation-results.json): a result stands while the "
@@ -285,7 +288,7 @@ def main() -> int:
     found = mutants()
     if not found:
         sys.exit(f"no mutants: did mutmut run? (see {LOG})")
-    save()
+    save(ran=not args.report_only)
     overall = write_report(found, took, args.min_score)
     unchecked = sum(m.status == "not checked" for m in found)
     print(f"mutation score {overall:.1f}% of those checked (goal {args.min_score:.0f}%), "

@@ -80,6 +80,18 @@ def test_seeding_leaves_a_checkout_that_has_results_alone(mutation: ModuleType,
     assert mutation.carried_from(tmp_path) == ["aaaaaaa"]
 
 
+def test_a_report_alone_names_no_new_run(mutation: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / "mutants" / "a.py.meta").write_text(json.dumps(meta({"k": 1})))
+    (tmp_path / "docs").mkdir()
+    results = tmp_path / "docs" / "mutation-results.json"
+    results.write_text(json.dumps({"mutmut": "3.8.1", "commits": ["aaaaaaa"], "modules": {}}))
+    mutation.save(tmp_path, ran=False)
+    assert json.loads(results.read_text())["commits"] == ["aaaaaaa"]
+    mutation.save(tmp_path, ran=True)
+    assert json.loads(results.read_text())["commits"] == ["aaaaaaa", "unknown"]
+
+
 def test_no_results_file_seeds_nothing(mutation: ModuleType, tmp_path: Path) -> None:
     assert mutation.seed(tmp_path) == 0
     assert not (tmp_path / "mutants").exists()
