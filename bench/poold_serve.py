@@ -18,13 +18,14 @@ POOL = 512 * MiB
 
 
 @contextmanager
-def poold_serve(work: Path) -> Iterator[Path]:
-    """A `poold serve` on an emulated pool, auth off; yields its state dir (api.sock, fd.sock)."""
+def poold_serve(work: Path, pool: int = POOL) -> Iterator[Path]:
+    """A `poold serve` on an emulated pool of `pool` bytes, auth off; yields its state dir
+    (api.sock, fd.sock)."""
     state = work / "poold"
     env = {**os.environ, "POOLD_AUTH": "off", "POOLD_FD_STORE": "none",
            "POOLD_WATCH_UDEV": "false", "POOLD_DISCOVER_DAX": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "poold.cli.main", "serve", "--state-dir",
-                             str(state), "--emulate", f"{POOL // MiB}MiB", "--listen",
+                             str(state), "--emulate", f"{pool // MiB}MiB", "--listen",
                              "127.0.0.1:0"], env=env, stderr=(work / "serve.log").open("w"))
     try:
         deadline = time.monotonic() + 60
