@@ -89,7 +89,8 @@ class Run:
 def run_pytest(engine: Engine, args: list[str], *, cwd: Path, env: dict[str, str],
                plugin_dir: Path) -> Run:
     """The engine venv's pytest, bounded."""
-    environ = {**os.environ, **dict(engine.env), **env, "PYTHONPATH": str(plugin_dir)}
+    path = os.pathsep.join([str(plugin_dir), str(HERE / "inner_shared")])
+    environ = {**os.environ, **dict(engine.env), **env, "PYTHONPATH": path}
     done = subprocess.run([str(python(engine)), "-m", "pytest", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=RUN_S)
     return Run(done.returncode, done.stdout, done.stderr)

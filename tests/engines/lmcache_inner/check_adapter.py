@@ -12,10 +12,10 @@ import multiprocessing
 import os
 import select
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
+from engine_daemon import held, nothing_left_behind, revoke
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.distributed.internal_api import L2AdapterListener
 from lmcache.v1.distributed.l2_adapters.config import (
@@ -25,9 +25,8 @@ from lmcache.v1.distributed.l2_adapters.config import (
 from lmcache.v1.distributed.l2_adapters.factory import create_l2_adapter_from_registry
 from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
 from lmcache.v1.platform import consume_fd
-from poold_env import LEASE, MiB, adapter, params, token
+from poold_env import LEASE, MiB, adapter, params
 
-from poold.client import PooldClient
 from poold.integrations.lmcache import PooldL2Adapter
 
 WAIT_S = 30.0  # generous: the machine may be loaded; every wait ends on its event
@@ -85,11 +84,6 @@ def load(a: PooldL2Adapter, keys: list[ObjectKey], outs: list[TensorMemoryObj]) 
     return [bitmap.test(i) for i in range(len(keys))]
 
 
-def leases(tenant: str) -> list[str]:
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token(tenant)) as c:
-        return [x.id for x in c.leases() if x.state == "active"]
-
-
 class Deletions(L2AdapterListener):  # type: ignore[misc]
     def __init__(self) -> None:
         self.deleted: list[ObjectKey] = []
@@ -104,10 +98,7 @@ class Deletions(L2AdapterListener):  # type: ignore[misc]
         self.deleted += keys
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    yield
-    assert leases("a") == [] and leases("b") == []
+__all__ = ["nothing_left_behind"]  # autouse, from engine_daemon
 
 
 def test_lmcache_builds_the_adapter_from_the_operators_flag() -> None:
@@ -150,7 +141,7 @@ def test_two_tenants_storing_one_key_each_get_their_own_bytes_back() -> None:
         assert load(b, [key(7)], [got_b]) == [True]
         assert torch.equal(got_a.tensor, mine.tensor)
         assert torch.equal(got_b.tensor, theirs.tensor)
-        assert set(leases("a")).isdisjoint(leases("b"))
+        assert set(held("a")).isdisjoint(held("b"))
     finally:
         a.close()
         b.close()
@@ -212,10 +203,8 @@ def test_a_revoked_lease_is_lost_chunks_never_the_next_holders_bytes() -> None:
     b = adapter(64 * MiB, tenant="b")
     try:
         store(a, [key(1), key(2)], [chunk(500_000, 1), chunk(500_000, 2)])
-        (lease_id,) = leases("a")
-        admin = os.environ["POOLD_ENGINE_TOKEN_ADMIN"]
-        with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=admin) as c:
-            c.raw("POST", f"/v1/leases/{lease_id}/revoke")
+        (lease_id,) = held("a")
+        revoke(lease_id)
         # B takes every byte there is, the revoked extent among them, and fills it
         stored = store(b, [key(i, "b") for i in range(32)],
                        [chunk(LEASE, 1000 + i) for i in range(32)])

@@ -7,21 +7,20 @@ Run by tests/engines/test_lmcache.py in the LMCache venv."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
 import torch
+from engine_daemon import fd_socket, held, revoke, token, uds
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.event_manager import EventManager
 from lmcache.v1.memory_management import MemoryFormat
 from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.storage_manager import StorageManager
-from poold_env import MiB, token
+from poold_env import MiB
 
-from poold.client import PooldClient
 from poold.integrations.lmcache import PooldBackend
 
 SHAPE = torch.Size([2, 4, 256, 64])  # (K/V, layers, tokens, hidden): 512 KiB of bfloat16
@@ -36,8 +35,7 @@ def config(tenant: str = "a", **poold: object) -> LMCacheEngineConfig:
     made.extra_config = {
         "storage_plugin.poold.module_path": "poold.integrations.lmcache",
         "storage_plugin.poold.class_name": "PooldBackend",
-        "poold.uds": os.environ["POOLD_ENGINE_UDS"],
-        "poold.fd_socket": os.environ["POOLD_ENGINE_FD"],
+        "poold.uds": uds(), "poold.fd_socket": fd_socket(),
         "poold.token": token(tenant), "poold.budget_bytes": 8 * MiB,
         "poold.lease_bytes": 2 * MiB, "poold.block_bytes": 64 * 1024,
         **{f"poold.{k}": v for k, v in poold.items()},
@@ -60,8 +58,7 @@ def manager() -> Iterator[StorageManager]:
     made = StorageManager(config=config(), metadata=metadata(), event_manager=EventManager())
     yield made
     made.close()
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("a")) as c:
-        assert [x.id for x in c.leases() if x.state == "active"] == []
+    assert held("a") == []
 
 
 def plugin(manager: StorageManager) -> PooldBackend:
@@ -110,10 +107,8 @@ def test_remove_and_a_revoked_lease_are_misses(manager: StorageManager) -> None:
     backend = plugin(manager)
     assert backend.remove(key(200)) and not backend.contains(key(200))
     assert not backend.remove(key(200))
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("a")) as c:
-        (lease_id,) = [x.id for x in c.leases() if x.state == "active"]
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("admin")) as c:
-        c.raw("POST", f"/v1/leases/{lease_id}/revoke")
+    (lease_id,) = held("a")
+    revoke(lease_id)
     deadline = time.monotonic() + WAIT_S
     while backend.contains(key(201)):  # until the keepalive thread hears of it
         assert time.monotonic() < deadline, "the plugin never saw its lease revoked"

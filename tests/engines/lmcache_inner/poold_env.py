@@ -4,7 +4,8 @@ daemon it started is, and the tenants' tokens. Adapters made here lease from tha
 from __future__ import annotations
 
 import math
-import os
+
+from engine_daemon import fd_socket, token, uds
 
 from poold.integrations.lmcache import PooldL2Adapter, PooldL2AdapterConfig
 
@@ -13,13 +14,9 @@ GiB = 1 << 30
 LEASE = 2 * MiB  # the emulated device's alignment: the smallest lease
 
 
-def token(tenant: str = "a") -> str:
-    return os.environ[f"POOLD_ENGINE_TOKEN_{tenant.upper()}"]
-
-
 def params(tenant: str = "a", **overrides: object) -> dict[str, object]:
     """adapter_params as an operator writes them for `--l2-adapter`."""
-    return {"uds": os.environ["POOLD_ENGINE_UDS"], "fd_socket": os.environ["POOLD_ENGINE_FD"],
+    return {"uds": uds(), "fd_socket": fd_socket(),
             "token": token(tenant), "budget_bytes": 8 * MiB, "lease_bytes": LEASE,
             "block_bytes": 16 * 1024, "idle_release_s": 0.5, **overrides}
 

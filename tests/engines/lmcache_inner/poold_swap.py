@@ -6,14 +6,12 @@ the tenant must hold no lease: the adapter gave back everything it took."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
+from engine_daemon import held
 from lmcache.v1.distributed.l2_adapters import factory
-from poold_env import GiB, adapter, token
-
-from poold.client import PooldClient
+from poold_env import GiB, adapter
 
 
 def from_mock_config(config: object, l1_memory_desc: object = None) -> object:
@@ -28,6 +26,5 @@ def poold_backend(request: pytest.FixtureRequest,
     factory.ensure_adapter_loaded("mock")
     monkeypatch.setitem(factory._L2_ADAPTER_FACTORY_REGISTRY, "mock", from_mock_config)
     yield
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token()) as c:
-        held = [x.id for x in c.leases() if x.state == "active"]
-    assert not held, f"the adapter left leases behind: {held}"
+    left = held("a")
+    assert not left, f"the adapter left leases behind: {left}"

@@ -11,17 +11,15 @@ Run by tests/engines/test_sglang.py in SGLang's venv (these files import sglang)
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from engine_daemon import fd_socket, held, nothing_left_behind, revoke, token, uds
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-from poold.client import PooldClient
 from poold.integrations.sglang import PooldHiCacheStorage
 
 PAGE_TOKENS = 16
@@ -29,15 +27,11 @@ BUFFER = 16 * 1024  # one page's K (or V) bytes
 WAIT_S = 30.0
 
 
-def token(tenant: str) -> str:
-    return os.environ[f"POOLD_ENGINE_TOKEN_{tenant.upper()}"]
-
-
 def extra(tenant: str = "a", **overrides: Any) -> dict[str, Any]:
     """--hicache-storage-backend-extra-config, as an operator writes it."""
     return {"backend_name": "poold", "module_path": "poold.integrations.sglang",
             "class_name": "PooldHiCacheStorage", "interface_v1": 1,
-            "uds": os.environ["POOLD_ENGINE_UDS"], "fd_socket": os.environ["POOLD_ENGINE_FD"],
+            "uds": uds(), "fd_socket": fd_socket(),
             "token": token(tenant), "budget_bytes": 8 << 20, "lease_bytes": 2 << 20,
             "block_bytes": BUFFER, "idle_release_s": 0.5, **overrides}
 
@@ -88,15 +82,7 @@ def backend(host: HostPool | None = None, **kw: Any) -> PooldHiCacheStorage:
     return made
 
 
-def held(tenant: str) -> list[str]:
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token(tenant)) as c:
-        return [x.id for x in c.leases() if x.state == "active"]
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    yield
-    assert held("a") == [] and held("b") == []
+__all__ = ["nothing_left_behind"]  # autouse, from engine_daemon
 
 
 def test_sglangs_factory_builds_it_and_pages_round_trip_through_the_tensor_calls() -> None:
@@ -158,8 +144,7 @@ def test_a_revoked_lease_is_lost_pages() -> None:
         host.fill(0, seed=1)
         assert store.batch_set_v1(["k"], indices([0])) == [True]
         (lease_id,) = held("a")
-        with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("admin")) as c:
-            c.raw("POST", f"/v1/leases/{lease_id}/revoke")
+        revoke(lease_id)
         deadline = time.monotonic() + WAIT_S
         while store.batch_exists(["k"]):  # until the keepalive thread hears of it
             assert time.monotonic() < deadline, "the store never saw its lease revoked"

@@ -10,14 +10,13 @@ Run by tests/engines/test_vllm.py in the vLLM venv (these files import vllm)."""
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from unittest.mock import MagicMock
 
 import numpy as np
 import pytest
 import torch
+from engine_daemon import fd_socket, held, nothing_left_behind, revoke, token, uds
 from vllm.v1.kv_offload.base import (
     LookupResult,
     OffloadKey,
@@ -32,7 +31,6 @@ from vllm.v1.kv_offload.tiering.manager import (
     TieringOffloadingManager,
 )
 
-from poold.client import PooldClient
 from poold.integrations.vllm import PooldSecondaryTier
 
 ROW = 64 * 1024  # one offload chunk of the CPU tier
@@ -40,14 +38,10 @@ WAIT_S = 30.0
 CTX = ReqContext(req_id="check")
 
 
-def token(tenant: str) -> str:
-    return os.environ[f"POOLD_ENGINE_TOKEN_{tenant.upper()}"]
-
-
 def tier_entry(tenant: str = "a", **overrides: object) -> dict[str, object]:
     """One `secondary_tiers` entry, as an operator writes it in kv_connector_extra_config."""
     return {"type": "PooldSecondaryTier", "module_path": "poold.integrations.vllm",
-            "uds": os.environ["POOLD_ENGINE_UDS"], "fd_socket": os.environ["POOLD_ENGINE_FD"],
+            "uds": uds(), "fd_socket": fd_socket(),
             "token": token(tenant), "budget_bytes": 8 << 20, "lease_bytes": 2 << 20,
             "idle_release_s": 0.5, **overrides}
 
@@ -80,15 +74,7 @@ def read(view: memoryview, chunk_id: int) -> bytes:
     return bytes(view.cast("B")[chunk_id * ROW:(chunk_id + 1) * ROW])
 
 
-def held(tenant: str) -> list[str]:
-    with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token(tenant)) as c:
-        return [x.id for x in c.leases() if x.state == "active"]
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    yield
-    assert held("a") == [] and held("b") == []
+__all__ = ["nothing_left_behind"]  # autouse, from engine_daemon
 
 
 def make_tier(view: memoryview, tenant: str = "a") -> PooldSecondaryTier:
@@ -206,8 +192,7 @@ def test_a_revoked_lease_fails_the_loads_and_never_writes_the_rows() -> None:
         tier.submit_store(job(1, ks, [0, 1], promotion=False))
         assert finished(tier)[1].success  # type: ignore[attr-defined]
         (lease_id,) = held("a")
-        with PooldClient(uds=os.environ["POOLD_ENGINE_UDS"], token=token("admin")) as c:
-            c.raw("POST", f"/v1/leases/{lease_id}/revoke")
+        revoke(lease_id)
         deadline = time.monotonic() + WAIT_S
         while tier.lookup(ks[0], CTX) is LookupResult.HIT:  # the keepalive thread hears of it
             assert time.monotonic() < deadline, "the tier never saw its lease revoked"
