@@ -132,5 +132,7 @@ def test_expiry_is_told_by_the_ledgers_clock_when_the_browsers_is_off(
     page.goto(f"{served.url}/ui/#/map/{lease['device_id']}")
     page.click(f'.extent.lease[data-lease="{lease["id"]}"]', timeout=ui_wait_ms())
     shown = details(page)
-    assert shown["expires"].startswith("in ") and 800 <= seconds(shown["expires"]) <= 900
+    # A Date header is whole seconds, so the page's estimate of the daemon's clock may trail it
+    # by up to one: a 900 s lease can read "15 min 1 s" left (seen in a CI rehearsal).
+    assert shown["expires"].startswith("in ") and 800 <= seconds(shown["expires"]) <= 901
     assert seconds(shown["age"]) < 100, shown["age"]
