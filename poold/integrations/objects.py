@@ -26,6 +26,7 @@ from enum import Enum
 
 from poold.client import PooldClient
 from poold.kv import KVStore
+from poold.kv.buffers import bytes_view
 
 _PERSON = b"poold.obj.v1"  # part keys mean nothing outside this module
 
@@ -118,7 +119,7 @@ class ObjectStore:
     def _cut(self, obj: memoryview) -> list[memoryview | bytearray]:
         """The object's parts as block-size views; the last one padded, in a copy."""
         size = self.block_size
-        view = obj.cast("B") if obj.format != "B" or obj.ndim != 1 else obj
+        view = bytes_view(obj)
         whole = view.nbytes // size
         parts: list[memoryview | bytearray] = [view[i * size:(i + 1) * size]
                                                for i in range(whole)]
@@ -186,7 +187,7 @@ class ObjectStore:
 
     def _read(self, record: StoredObject, out: memoryview) -> bool:
         size = self.block_size
-        dst = out.cast("B") if out.format != "B" or out.ndim != 1 else out
+        dst = bytes_view(out)
         whole = record.nbytes // size
         if whole == 1:  # one block (a chunk of the block size): poold.kv's shorter path
             ok = self.kv.get_into(record.parts[0], dst)

@@ -37,6 +37,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
 from poold.integrations.objects import Put
 from poold.integrations.settings import TierSettings
+from poold.kv.buffers import bytes_view
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -56,8 +57,7 @@ class PooldSecondaryTier(SecondaryTierManager):
         self.locality = Locality(locality) if locality is not None else None
         row = self.block_size_bytes
         settings = TierSettings.from_dict({"block_bytes": row, **params})
-        self._rows = primary_kv_view.cast("B") if primary_kv_view.ndim != 1 or \
-            primary_kv_view.format != "B" else primary_kv_view
+        self._rows = bytes_view(primary_kv_view)
         self._row = row
         self.objects = settings.open(labels={"engine": "vllm", "tier": tier_type})
         self._lock = threading.Lock()

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     Blocks: TypeAlias = BufferLike | Sequence[BufferLike]
 
 
-def _bytes_view(obj: BufferLike) -> memoryview:
+def bytes_view(obj: BufferLike) -> memoryview:
+    """A flat byte view of a C-contiguous buffer (any format, any shape), without copying."""
     view = memoryview(cast("Buffer", obj))  # ndarrays are buffers at run time on 3.11 too
     if not view.c_contiguous:
         raise ValueError("blocks must be C-contiguous")
@@ -44,7 +45,7 @@ class BlockSource:
 
 def block_view(block: BufferLike, block_size: int) -> memoryview:
     """One whole block as a byte view, without copying."""
-    view = _bytes_view(block)
+    view = bytes_view(block)
     if view.nbytes != block_size:
         raise ValueError(f"a block is {view.nbytes} bytes, not {block_size}")
     return view
@@ -58,7 +59,7 @@ def split_blocks(blocks: Blocks | BlockSource, count: int, block_size: int) -> B
                              f"{block_size}")
         return blocks
     try:
-        whole: memoryview | None = _bytes_view(blocks)  # type: ignore[arg-type]
+        whole: memoryview | None = bytes_view(blocks)  # type: ignore[arg-type]
     except TypeError:  # no buffer protocol: a sequence of blocks
         whole = None
     if whole is not None:
@@ -73,7 +74,7 @@ def split_blocks(blocks: Blocks | BlockSource, count: int, block_size: int) -> B
 
 def output_view(out: BufferLike, count: int, block_size: int) -> memoryview:
     """A writable byte view of at least `count` blocks."""
-    view = _bytes_view(out)
+    view = bytes_view(out)
     if view.readonly:
         raise ValueError("the output buffer is read-only")
     if view.nbytes < count * block_size:

@@ -195,10 +195,11 @@ class PooldL2Adapter(L2AdapterInterface):
     # -- eviction and upkeep -------------------------------------------------------------------
 
     def delete(self, keys: list[ObjectKey]) -> None:
-        sizes = self.objects.delete([object_key_bytes(k) for k in keys])
+        raws = [object_key_bytes(k) for k in keys]
+        sizes = self.objects.delete(raws)
         with self._lock:
-            for k in keys:
-                self._keys.pop(object_key_bytes(k), None)
+            for raw in raws:
+                self._keys.pop(raw, None)
         deleted = [(k, n) for k, n in zip(keys, sizes, strict=True) if n is not None]
         if deleted:
             self._notify_keys_deleted([k for k, _ in deleted], [n for _, n in deleted])
