@@ -12,7 +12,7 @@ from api.auth import Authenticator
 from api.limits import BodyLimitMiddleware
 from api.metrics import EdgeMetricsMiddleware, Metrics
 from api.ratelimit import RateLimiter
-from api.routers import access, hosts, inventory, leases, ops, overview, pools
+from api.routers import access, hosts, inventory, leases, ops, overview, pools, sessions
 from api.routers.devices import router as device_router
 from api.schemas import Health
 from api.ui import router as ui
@@ -48,6 +48,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
     app.include_router(leases.router)
+    app.include_router(sessions.router)
     app.include_router(inventory.router)
     app.include_router(pools.router)
     app.include_router(hosts.router)

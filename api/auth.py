@@ -186,6 +186,13 @@ def principal_of(request: Request) -> Principal:
     return principal
 
 
+def tenant_only_of(request: Request) -> str | None:
+    """The tenant a tenant principal is confined to (to whom other tenants' leases and sessions
+    do not exist); None for admins and host agents."""
+    principal = principal_of(request)
+    return principal.tenant if principal.role is Role.TENANT else None
+
+
 def admin_of(request: Request) -> Principal:
     principal = principal_of(request)
     if not principal.is_admin:

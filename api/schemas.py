@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from poold.types import MAX_BYTES, TEXT_PATTERN, LeaseState, Role
+from poold.types import LEASE_ID_PATTERN, MAX_BYTES, TEXT_PATTERN, LeaseState, Role, SessionState
 
 # Every string the API takes is bounded and holds no control character (a NUL byte cannot even
 # be stored in PostgreSQL): refused at the edge, 422, before any ledger sees it.
@@ -34,6 +34,35 @@ class LeaseRequest(BaseModel):
     tenant: Annotated[TenantName | None, Field(
         description="Whom the lease is for; admins and host agents only (a tenant's own "
                     "leases are always its own).")] = None
+    session_id: Annotated[str | None, Field(
+        pattern=LEASE_ID_PATTERN,
+        description="Grant it in this session (POST /v1/sessions): it lives as long as the "
+                    "session, and the session's keepalive renews it; leave ttl_s out.")] = None
+
+
+class SessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_s: Annotated[StrictInt, Field(gt=0, le=86_400)] = 30
+    labels: Annotated[dict[Label, Label], Field(max_length=64)] = Field(default_factory=dict)
+    tenant: Annotated[TenantName | None, Field(
+        description="Whose session; admins and host agents only, as for leases.")] = None
+
+
+class ClientSession(BaseModel):
+    """A client session: leases granted in it live as long as it does; `leases` are its live
+    leases (after a keepalive: the ones it renewed)."""
+
+    id: str
+    host: str
+    tenant: str | None
+    ttl_s: int
+    opened_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: SessionState
+    labels: dict[str, str]
+    leases: list[str]
 
 
 class KeepaliveRequest(BaseModel):
@@ -72,6 +101,8 @@ class Lease(BaseModel):
         "(/proc/<pid>/fd/<n>, on the lease's host, while the lease holds its memory). Holders "
         "without that right map through the daemon's fd.sock.")
     map_offset: int = Field(description="Where the lease's bytes start in map_path.")
+    session_id: str | None = Field(default=None,
+                                   description="The session it was granted in, if any.")
 
 
 class GrantedLease(Lease):

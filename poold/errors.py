@@ -48,6 +48,10 @@ class UnknownTenant(NotFound):
     pass
 
 
+class UnknownSession(NotFound):
+    pass
+
+
 class Conflict(PooldError):
     """Base for requests that clash with the ledger's current state."""
 
@@ -58,6 +62,14 @@ class LeaseNotActive(Conflict):
 
 class LeaseExpired(Conflict):
     """The lease passed expires_at by the ledger's clock."""
+
+
+class SessionNotActive(Conflict):
+    """The session was closed or revoked: it cannot be renewed, nor leases granted in it."""
+
+
+class SessionExpired(Conflict):
+    """The session passed expires_at by the ledger's clock; its leases expired with it."""
 
 
 class IdempotencyConflict(Conflict):

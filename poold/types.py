@@ -122,6 +122,16 @@ class Principal:
         return self.role is not Role.TENANT or tenant == self.tenant
 
 
+class SessionState(StrEnum):
+    """`active` until closed by its holder, revoked by an admin or expired (computed on read
+    past expires_at, as for leases); its leases end with it."""
+
+    ACTIVE = "active"
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
 class EventKind(StrEnum):
     LEASE_GRANTED = "lease.granted"
     LEASE_RENEWED = "lease.renewed"
@@ -153,6 +163,11 @@ class EventKind(StrEnum):
     TOKEN_CREATED = "token.created"
     TOKEN_REVOKED = "token.revoked"
     TENANT_CHANGED = "tenant.changed"
+    SESSION_OPENED = "session.opened"
+    SESSION_RENEWED = "session.renewed"
+    SESSION_CLOSED = "session.closed"
+    SESSION_EXPIRED = "session.expired"
+    SESSION_REVOKED = "session.revoked"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response, status
 from pydantic import TypeAdapter
 
-from api.auth import PrincipalDep, admin_of, principal_of
+from api.auth import PrincipalDep, admin_of, principal_of, tenant_only_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.lease_backing import MADE_IN_A_THREAD, MADE_INLINE, LeaseBacking, backing_of, located
@@ -57,12 +57,6 @@ def known(lease_id: str) -> str:
     if not is_lease_id(lease_id):
         raise UnknownLease(f"no lease {lease_id!r}")
     return lease_id
-
-
-def _tenant_only(request: Request) -> str | None:
-    """The tenant a tenant principal is confined to; None for admins and host agents."""
-    principal = principal_of(request)
-    return principal.tenant if principal.role is Role.TENANT else None
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=GrantedLease)
@@ -122,7 +116,7 @@ def list_leases(
 
 @router.get("/{lease_id}", response_model=Lease)
 def get_lease(lease_id: LeaseId, ledger: LedgerDep, request: Request) -> Response:
-    only, lease_id = _tenant_only(request), known(lease_id)
+    only, lease_id = tenant_only_of(request), known(lease_id)
     view = ledger.read(lambda s, now: reads.lease(s, lease_id, now, tenant_only=only))
     return _json(_ONE.dump_json(located(backing_of(request), view)))
 
@@ -133,7 +127,7 @@ async def keepalive(lease_id: LeaseId, request: Request,
     ttl_s = body.ttl_s if body else None
     return await _write(request, partial(leases.keepalive, lease_id=known(lease_id), ttl_s=ttl_s,
                                          actor=actor_of(request),
-                                         tenant_only=_tenant_only(request)))
+                                         tenant_only=tenant_only_of(request)))
 
 
 @router.delete("/{lease_id}", response_model=Lease)
@@ -141,7 +135,7 @@ async def release_lease(lease_id: LeaseId, request: Request) -> Response:
     """Idempotent: a lease that already ended is returned as it ended."""
     return await _write(request, partial(leases.release, lease_id=known(lease_id),
                                          actor=actor_of(request),
-                                         tenant_only=_tenant_only(request)))
+                                         tenant_only=tenant_only_of(request)))
 
 
 @router.post("/{lease_id}/revoke", response_model=Lease)

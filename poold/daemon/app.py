@@ -308,11 +308,11 @@ class Daemon:
             if not done.full:
                 break
         for table, count in (("leases", total.leases), ("events", total.events),
-                             ("claims", total.claims)):
+                             ("claims", total.claims), ("sessions", total.sessions)):
             self.metrics.pruned.labels(table).inc(count)
         if total.total:
-            log.info("ledger.pruned leases=%d events=%d claims=%d", total.leases, total.events,
-                     total.claims)
+            log.info("ledger.pruned leases=%d events=%d claims=%d sessions=%d", total.leases,
+                     total.events, total.claims, total.sessions)
         return total
 
     def tick(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from poold.ledger import leases, registry, sharing
+from poold.ledger import leases, registry, sessions, sharing
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 
@@ -36,6 +36,7 @@ def tick(ledger: Ledger, host_name: str, claim_idle_s: float) -> int:
             log.warning("host.unfenced host=%s leases_lost=%d", tx.host_id, lost)
         sharing.resync_space(tx)
         reaped = leases.reap(tx)
+        sessions.reap(tx)
         sharing.reclaim_lost_hosts(tx)
         sharing.release_idle_claims(tx, claim_idle_s)
         return reaped

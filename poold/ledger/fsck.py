@@ -17,7 +17,14 @@ from sqlalchemy.orm import Session
 
 from poold.ledger import queries as q
 from poold.models import Claim, Device, Lease, Pool
-from poold.types import HOLDING_STATES, ClaimState, DeviceKind, EventKind, LeaseState
+from poold.types import (
+    HOLDING_STATES,
+    ClaimState,
+    DeviceKind,
+    EventKind,
+    LeaseState,
+    SessionState,
+)
 
 # Which event must exist for a lease in each state (invariant 7).
 _EVENT_FOR_STATE = {
@@ -53,6 +60,7 @@ def fsck(session: Session, now: datetime) -> FsckReport:
     _check_leases_inside_claims(report, live, {c.id: c for c in claims})
     _check_events(report, session, leases)
     _check_tenant_scopes(report, devices, live, q.pools.pools_by_id(session))
+    _check_sessions(report, session, live)
     for lease in live:
         if lease.state == LeaseState.ACTIVE and lease.expires_at <= now:
             report.warnings.append(f"lease {lease.id} expired at {lease.expires_at} "
@@ -125,3 +133,28 @@ def _check_events(report: FsckReport, session: Session, leases: Sequence[Lease])
         needed = _EVENT_FOR_STATE.get(LeaseState(lease.state))
         if needed is not None and needed not in have:
             report.violations.append(f"lease {lease.id} is {lease.state} without a {needed} event")
+
+
+def _check_sessions(report: FsckReport, session: Session, live: list[Lease]) -> None:
+    """A lease in a session lives exactly as long as it: an active lease of an ended session,
+    another tenant's or host's session, or one with an expiry of its own, is a lease no
+    keepalive or expiry of its holder governs."""
+    ids = sorted({x.session_id for x in live if x.session_id is not None})
+    sessions = {s.id: s for s in q.sessions.sessions_by_id(session, ids)}
+    for lease in live:
+        if lease.session_id is None or lease.state != LeaseState.ACTIVE:
+            continue
+        owner = sessions.get(lease.session_id)
+        if owner is None:
+            report.violations.append(f"lease {lease.id} names unknown session "
+                                     f"{lease.session_id}")
+        elif owner.state != SessionState.ACTIVE:
+            report.violations.append(f"lease {lease.id} is active in session {owner.id}, "
+                                     f"which is {owner.state}")
+        elif (owner.tenant, owner.host_id) != (lease.tenant, lease.host_id):
+            report.violations.append(f"lease {lease.id} of {lease.tenant!r} on {lease.host_id} "
+                                     f"is in session {owner.id} of {owner.tenant!r} on "
+                                     f"{owner.host_id}")
+        elif lease.expires_at != owner.expires_at:
+            report.violations.append(f"lease {lease.id} expires at {lease.expires_at}, its "
+                                     f"session {owner.id} at {owner.expires_at}")

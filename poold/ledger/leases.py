@@ -31,9 +31,12 @@ from poold.errors import (
     LeaseTooLarge,
     NoCapacity,
     QuotaExceeded,
+    SessionExpired,
+    SessionNotActive,
     TenantNotAllowed,
     UnknownLease,
     UnknownPool,
+    UnknownSession,
 )
 from poold.ledger import queries as q
 from poold.ledger import sharing
@@ -44,6 +47,7 @@ from poold.ledger.views import (
     LeaseView,
     PoolRecord,
     Quota,
+    SessionRecord,
     effective_state,
 )
 from poold.pool import ExtentAllocator
@@ -54,6 +58,7 @@ from poold.types import (
     EventKind,
     Extent,
     LeaseState,
+    SessionState,
     is_lease_id,
     is_text,
     round_up,
@@ -78,11 +83,14 @@ class GrantRequest:
     tenant: str | None = None
     device: str | None = None
     numa_node: int | None = None
+    session_id: str | None = None
 
     def digest(self) -> str:
         """What must match for an idempotency key to be replayed rather than refused."""
         body = [self.size, self.pool, self.ttl_s, sorted(self.labels.items()), self.tenant,
                 self.device, self.numa_node]
+        if self.session_id is not None:  # as before for plain leases: their keys still match
+            body.append(self.session_id)
         return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
 
@@ -103,7 +111,11 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     if not pool.admits(request.tenant):
         raise TenantNotAllowed(f"tenant {request.tenant!r} may not lease from pool "
                                f"{pool.name!r}")
-    ttl_s = _ttl(pool, request.ttl_s)
+    session = _session_of(tx, request)
+    if session is None:
+        ttl_s, expires_at = _ttl(pool, request.ttl_s), None
+    else:  # it lives as long as its session, within the pool's policy
+        ttl_s, expires_at = _ttl(pool, session.ttl_s), session.expires_at
     if request.size <= 0 or request.size > MAX_BYTES:
         raise InvalidRequest(f"size must be between 1 and {MAX_BYTES} bytes, got {request.size}")
     digest = request.digest()
@@ -135,9 +147,10 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         id=uuid.uuid4().hex, pool_id=pool.id, device_id=device.id, claim_id=claim_id,
         host_id=tx.host_id, tenant=request.tenant, offset=extent.offset, length=extent.length,
         generation=q.counters.next_generations(tx.conn, 1), ttl_s=ttl_s, granted_at=tx.now,
-        expires_at=tx.now + timedelta(seconds=ttl_s), ended_at=None,
+        expires_at=expires_at or tx.now + timedelta(seconds=ttl_s), ended_at=None,
         state=LeaseState.ACTIVE.value, labels=dict(request.labels),
         idempotency_key=request.idempotency_key, request_digest=digest,
+        session_id=request.session_id,
     )
     q.leases.insert_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
@@ -152,6 +165,8 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
     lease = _lease(tx, lease_id, tenant_only)
     if tx.fenced and lease.host_id == tx.host_id:
         raise HostFenced(f"lease {lease_id} is lost: host {tx.host_id} lost the ledger")
+    if lease.session_id is not None:
+        return _keepalive_in_session(tx, lease, actor)
     pool = _pool_record(tx, lease.pool_id)
     # The lease's own TTL, within what the pool allows now (an admin may have lowered it since):
     # a holder that asks nothing is never refused for a policy it did not choose.
@@ -165,6 +180,62 @@ def keepalive(tx: Tx, lease_id: str, ttl_s: int | None, actor: str,
     if effective_state(lease, tx.now) is LeaseState.EXPIRED:
         raise LeaseExpired(f"lease {lease_id} expired at {lease.expires_at.isoformat()}")
     raise LeaseNotActive(f"lease {lease_id} is {lease.state}")
+
+
+def _keepalive_in_session(tx: Tx, lease: LeaseRecord, actor: str) -> LeaseView:
+    """A lease in a session lives as long as the session: renewing it renews the session, and
+    with it every lease in it (its expiry is the session's, never its own)."""
+    if lease.state == LeaseState.ACTIVE and lease.expires_at > tx.now:
+        session = q.sessions.session_record(tx.conn, lease.session_id or "")
+        assert session is not None  # the foreign key
+        if lease.id in renew_session(tx, session, actor):
+            renewed = q.leases.lease_record(tx.conn, lease.id)
+            assert renewed is not None
+            return view(tx, renewed)
+    if effective_state(lease, tx.now) is LeaseState.EXPIRED:
+        raise LeaseExpired(f"lease {lease.id} expired at {lease.expires_at.isoformat()}")
+    raise LeaseNotActive(f"lease {lease.id} is {lease.state}")
+
+
+def renew_session(tx: Tx, session: SessionRecord, actor: str) -> list[str]:
+    """Renew a valid session and every valid lease in it, by its TTL; the ids of those leases.
+    One statement for the leases and one event for all of them (a keepalive of 64 leases costs
+    about what one lease's does)."""
+    if tx.fenced and session.host_id == tx.host_id:
+        raise HostFenced(f"session {session.id} is lost: host {tx.host_id} lost the ledger")
+    expires_at = tx.now + timedelta(seconds=session.ttl_s)
+    renewed = q.sessions.renew_session(tx.conn, session.id, tx.now, expires_at, session.ttl_s)
+    if renewed is None:
+        if session.state == SessionState.ACTIVE:
+            raise SessionExpired(f"session {session.id} expired at "
+                                 f"{session.expires_at.isoformat()}")
+        raise SessionNotActive(f"session {session.id} is {session.state}")
+    tx.event(EventKind.SESSION_RENEWED, actor, host_id=session.host_id, session=session.id,
+             expires_at=expires_at.isoformat(), leases=len(renewed))
+    return renewed
+
+
+def _session_of(tx: Tx, request: GrantRequest) -> SessionRecord | None:
+    """The session the grant names, if any: active and valid, this host's, the same tenant's
+    (another tenant's session does not exist for the asker)."""
+    if request.session_id is None:
+        return None
+    if not is_lease_id(request.session_id):
+        raise UnknownSession(f"no session {request.session_id[:64]!r}")
+    session = q.sessions.session_record(tx.conn, request.session_id)
+    if session is None or session.tenant != request.tenant:
+        raise UnknownSession(f"no session {request.session_id!r}")
+    if session.host_id != tx.host_id:
+        raise InvalidRequest(f"session {session.id} belongs to host {session.host_id}; "
+                             "lease there, or open a session on this host")
+    if request.ttl_s is not None and request.ttl_s != session.ttl_s:
+        raise InvalidRequest(f"a lease in session {session.id} lives as long as the session "
+                             f"(ttl_s {session.ttl_s}): leave ttl_s out")
+    if session.state != SessionState.ACTIVE:
+        raise SessionNotActive(f"session {session.id} is {session.state}")
+    if session.expires_at <= tx.now:
+        raise SessionExpired(f"session {session.id} expired at {session.expires_at.isoformat()}")
+    return session
 
 
 def release(tx: Tx, lease_id: str, actor: str, tenant_only: str | None = None) -> LeaseView:

@@ -11,9 +11,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from poold.errors import UnknownDevice, UnknownHost, UnknownLease, UnknownPool
+from poold.errors import UnknownDevice, UnknownHost, UnknownLease, UnknownPool, UnknownSession
 from poold.ledger import queries as q
 from poold.ledger.views import (
+    SESSION_COLUMNS,
     ClaimView,
     DeviceView,
     EventView,
@@ -22,9 +23,11 @@ from poold.ledger.views import (
     PoolQuotaView,
     PoolView,
     ScrubJob,
+    SessionRecord,
+    SessionView,
 )
-from poold.models import Claim, Device, Lease, PoolQuota
-from poold.types import DeviceKind, DeviceState, LeaseState, is_lease_id
+from poold.models import Claim, ClientSession, Device, Lease, PoolQuota
+from poold.types import DeviceKind, DeviceState, LeaseState, SessionState, is_lease_id
 
 
 def devices(session: Session, now: datetime) -> list[DeviceView]:
@@ -224,3 +227,29 @@ def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJo
                      length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind,
                      zero=scrubs.get(x.pool_id, True))
             for x in q.scrubs.scrubbing_leases(session, host_id)]
+
+
+def sessions(session: Session, now: datetime, *, tenant: str | None = None,
+             host: str | None = None, state: SessionState | None = None,
+             limit: int = 1000) -> list[SessionView]:
+    """Newest first, each with the ids of its live leases."""
+    found = q.sessions.list_sessions(session, tenant=tenant, host_id=host, state=state, now=now,
+                                     limit=limit)
+    live = q.sessions.live_lease_ids(session, [s.id for s in found], now)
+    return [SessionView.build(_session_record(s), live[s.id], now) for s in found]
+
+
+def client_session(session: Session, session_id: str, now: datetime, *,
+                   tenant_only: str | None = None) -> SessionView:
+    """`tenant_only`: asked by that tenant, to whom other tenants' sessions do not exist."""
+    if not is_lease_id(session_id):
+        raise UnknownSession(f"no session {session_id[:64]!r}")
+    found = q.sessions.get_session(session, session_id)
+    if found is None or (tenant_only is not None and found.tenant != tenant_only):
+        raise UnknownSession(f"no session {session_id!r}")
+    live = q.sessions.live_lease_ids(session, [found.id], now)
+    return SessionView.build(_session_record(found), live[found.id], now)
+
+
+def _session_record(row: ClientSession) -> SessionRecord:
+    return SessionRecord(**{name: getattr(row, name) for name in SESSION_COLUMNS})

@@ -4,7 +4,8 @@ Every grant and release leaves a lease row and its events (about 1.4 KB), every 
 event (260 B). Once older than the retention age (by the ledger's clock), this host's ended
 leases go with their events and idempotency keys (a key can be used again once its lease is
 gone), renewals of any of its leases go, claims it ended that no remaining lease lies in go,
-and the events of this host that name no lease (devices, claims, hosts, tokens) go.
+sessions it ended that no remaining lease names go, and the events of this host that name no
+lease (devices, claims, hosts, tokens, sessions) go.
 
 What stays is what `fsck` and the audit views need: every live or recent lease with its grant
 event and the event of the state it ended in, every live claim. Each call deletes at most
@@ -22,8 +23,8 @@ from datetime import timedelta
 from sqlalchemy import and_, bindparam, delete, exists, or_, select
 
 from poold.ledger.tx import Tx
-from poold.models import Claim, Event, Lease
-from poold.types import ClaimState, EventKind, LeaseState
+from poold.models import Claim, ClientSession, Event, Lease
+from poold.types import ClaimState, EventKind, LeaseState, SessionState
 
 PRUNE_BATCH = 1000
 _ENDED = [s.value for s in (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED,
@@ -57,24 +58,36 @@ _OLD_CLAIMS = delete(Claim).where(Claim.id.in_(
 ))
 
 
+_OLD_SESSIONS = delete(ClientSession).where(ClientSession.id.in_(
+    select(ClientSession.id)
+    .where(ClientSession.host_id == bindparam("host_id"),
+           ClientSession.state != SessionState.ACTIVE.value,
+           ClientSession.ended_at < bindparam("before"),
+           ~exists().where(and_(Lease.session_id == ClientSession.id)))
+    .limit(bindparam("batch"))
+    .scalar_subquery()
+))
+
+
 @dataclass(frozen=True, slots=True)
 class Pruned:
     leases: int = 0
     events: int = 0
     claims: int = 0
+    sessions: int = 0
 
     @property
     def total(self) -> int:
-        return self.leases + self.events + self.claims
+        return self.leases + self.events + self.claims + self.sessions
 
     @property
     def full(self) -> bool:
         """A whole batch of something: there may be more."""
-        return max(self.leases, self.events, self.claims) >= PRUNE_BATCH
+        return max(self.leases, self.events, self.claims, self.sessions) >= PRUNE_BATCH
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(self.leases + other.leases, self.events + other.events,
-                      self.claims + other.claims)
+                      self.claims + other.claims, self.sessions + other.sessions)
 
 
 def prune(tx: Tx, retention_s: float, batch: int = PRUNE_BATCH) -> Pruned:
@@ -88,6 +101,7 @@ def prune(tx: Tx, retention_s: float, batch: int = PRUNE_BATCH) -> Pruned:
         leases = tx.conn.execute(_LEASES_OF, {"ids": ids}).rowcount
     events += tx.conn.execute(_OLD_EVENTS, params).rowcount
     claims = tx.conn.execute(_OLD_CLAIMS, params).rowcount
-    return Pruned(leases=leases, events=events, claims=claims)
+    sessions = tx.conn.execute(_OLD_SESSIONS, params).rowcount  # after the leases in them
+    return Pruned(leases=leases, events=events, claims=claims, sessions=sessions)
 
 

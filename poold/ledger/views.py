@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from poold.models import Device, Event, Lease
-from poold.types import DeviceKind, LeaseState
+from poold.types import DeviceKind, LeaseState, SessionState
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class LeaseView:
     # 0, whose path only that daemon knows (None here; api.lease_backing fills it in).
     map_path: str | None = None
     map_offset: int = 0
+    session_id: str | None = None  # granted under this client session
 
     @classmethod
     def build(cls, lease: Lease | LeaseRecord, device: Device | DeviceRecord, pool_name: str,
@@ -69,6 +70,7 @@ class LeaseView:
             kind=device.kind,
             map_path=device.chardev if device.kind == DeviceKind.DEVDAX else None,
             map_offset=lease.offset if device.kind == DeviceKind.DEVDAX else 0,
+            session_id=lease.session_id,
         )
 
 
@@ -144,6 +146,7 @@ class LeaseRecord:
     request_digest: str | None
     ended_as: str | None = None
     scrubbed_bytes: int = 0
+    session_id: str | None = None
 
     def values(self) -> dict[str, Any]:
         """Column name -> value, for an INSERT."""
@@ -151,6 +154,55 @@ class LeaseRecord:
 
 
 LEASE_COLUMNS = tuple(f.name for f in fields(LeaseRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One row of `sessions`, every column."""
+
+    id: str
+    host_id: str
+    tenant: str | None
+    ttl_s: int
+    opened_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: str
+    labels: dict[str, str]
+
+    def values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SESSION_COLUMNS}
+
+
+SESSION_COLUMNS = tuple(f.name for f in fields(SessionRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A client session as the API shows it: `leases` are the ids of its live leases (what a
+    keepalive renewed), so a holder learns in one answer which of its leases ended."""
+
+    id: str
+    host: str
+    tenant: str | None
+    ttl_s: int
+    opened_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    state: SessionState
+    labels: dict[str, str]
+    leases: list[str]
+
+    @classmethod
+    def build(cls, session: SessionRecord, leases: list[str], now: datetime) -> SessionView:
+        state = SessionState(session.state)
+        if state is SessionState.ACTIVE and session.expires_at <= now:
+            state = SessionState.EXPIRED  # as for leases: computed on read, before the reaper
+        return cls(id=session.id, host=session.host_id, tenant=session.tenant,
+                   ttl_s=session.ttl_s, opened_at=session.opened_at,
+                   expires_at=session.expires_at, ended_at=session.ended_at, state=state,
+                   labels=dict(session.labels),
+                   leases=leases if state is SessionState.ACTIVE else [])
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from poold.models.base import Base, UTCDateTime
 from poold.models.ledger import (
     Claim,
+    ClientSession,
     Counter,
     Device,
     Event,
@@ -15,5 +16,5 @@ from poold.models.ledger import (
     Token,
 )
 
-__all__ = ["Base", "Claim", "Counter", "Device", "Event", "Host", "Lease", "Pool", "PoolQuota",
-           "PoolRule", "Tenant", "Token", "UTCDateTime"]
+__all__ = ["Base", "Claim", "ClientSession", "Counter", "Device", "Event", "Host", "Lease",
+           "Pool", "PoolQuota", "PoolRule", "Tenant", "Token", "UTCDateTime"]

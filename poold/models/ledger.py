@@ -86,6 +86,28 @@ class Claim(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class ClientSession(Base):
+    """A client's session (what etcd calls a lease): leases granted under it live as long as it
+    does, and one keepalive of the session renews all of them. Opened on one host, whose
+    reaper expires it; ending it ends its leases."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        Index("ix_sessions_host_id_state_expires_at", "host_id", "state", "expires_at"),
+        Index("ix_sessions_tenant_state", "tenant", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id"))
+    tenant: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    ttl_s: Mapped[int] = mapped_column(Integer)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+
+
 class Lease(Base):
     __tablename__ = "leases"
     __table_args__ = (
@@ -97,6 +119,7 @@ class Lease(Base):
               "idempotency_key", unique=True),
         Index("ix_leases_host_id_ended_at", "host_id", "ended_at"),
         Index("ix_leases_tenant_state", "tenant", "state"),
+        Index("ix_leases_session_id", "session_id"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -119,6 +142,8 @@ class Lease(Base):
     # While scrubbing: the state it becomes once zeroed, and how many bytes are zeroed so far.
     ended_as: Mapped[str | None] = mapped_column(String(16), nullable=True)
     scrubbed_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Granted under a client session: it expires with the session and is renewed with it.
+    session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id"), nullable=True)
 
 
 class Event(Base):

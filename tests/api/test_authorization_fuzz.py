@@ -60,6 +60,7 @@ class TenantsApart(RuleBasedStateMachine):
             if tenant == A:
                 self.a_token_id = view.id
         self.a_leases: list[str] = []
+        self.a_sessions: list[str] = []
         self.a_keys: list[str] = []
         self.b_leases: list[str] = []
         self.counter = itertools.count()
@@ -79,14 +80,15 @@ class TenantsApart(RuleBasedStateMachine):
         tokens = [t for t in self.call("admin", "GET", "/v1/tokens").json()
                   if t.get("tenant") == A]
         tenant = self.call("admin", "GET", f"/v1/tenants/{A}").json()
+        sessions = self.call("admin", "GET", "/v1/sessions", params={"tenant": A}).json()
         for lease in leases:  # computed on read, moves with the clock alone
             lease.pop("ttl_left_s", None)
-        return json.dumps([leases, tokens, tenant], sort_keys=True)
+        return json.dumps([leases, tokens, tenant, sessions], sort_keys=True)
 
     def assert_nothing_of_a(self, answer: Any, what: str) -> None:
         """Nothing of A's in the answer, beyond an id B itself named (an error may echo it)."""
         text = answer.text
-        leaked = [lease for lease in self.a_leases if lease in text and lease not in what]
+        leaked = [x for x in self.a_leases + self.a_sessions if x in text and x not in what]
         assert not leaked and MARKER not in text, (
             f"B got A's {'leases ' + str(leaked) if leaked else 'labels'} from {what}: "
             f"{answer.status_code} {text[:500]}")
@@ -96,6 +98,21 @@ class TenantsApart(RuleBasedStateMachine):
     @initialize()
     def a_has_a_lease(self) -> None:
         self.a_grants()
+
+    @rule()
+    def a_leases_in_a_session(self) -> None:
+        opened = self.call(A, "POST", "/v1/sessions", json={"ttl_s": 600,
+                                                            "labels": {"owner": MARKER}})
+        if opened.status_code != 201:
+            return
+        session = opened.json()["id"]
+        self.a_sessions.append(session)
+        answer = self.call(A, "POST", "/v1/leases", json={
+            "size": MiB, "labels": {"owner": MARKER}, "session_id": session})
+        if answer.status_code == 201:
+            self.a_leases.append(answer.json()["id"])
+        else:
+            assert answer.json()["error"] in ("QuotaExceeded", "LeaseTooLarge"), answer.text
 
     @rule()
     def a_grants(self) -> None:
@@ -132,6 +149,7 @@ class TenantsApart(RuleBasedStateMachine):
         a_ids = self.a_leases or ["0" * 32]
         by_name: dict[str, st.SearchStrategy[Any]] = {
             "lease_id": st.sampled_from(a_ids),
+            "session_id": st.sampled_from(self.a_sessions or ["0" * 32]),
             "tenant": st.sampled_from([A, B, ""]),
             "name": st.sampled_from([A, B]),
             "token_id": st.just(self.a_token_id),
@@ -140,7 +158,8 @@ class TenantsApart(RuleBasedStateMachine):
             "devname": st.just("emu0"),
             "device_id": st.integers(1, 3),
             "pool": st.sampled_from(["default", "other"]),
-            "state": st.sampled_from(["active", "released", "expired", "revoked", "scrubbing"]),
+            "state": st.sampled_from(["active", "released", "expired", "revoked", "scrubbing",
+                                      "closed"]),
             "kind": st.sampled_from(["lease.granted", "lease.released", "lease.revoked"]),
             "limit": st.integers(1, 50),
             "after_id": st.integers(0, 5),
@@ -166,7 +185,9 @@ class TenantsApart(RuleBasedStateMachine):
                 {}, {"size": MiB, "tenant": A}, {"size": MiB, "idempotency_key": self.a_keys[-1]}
                 if self.a_keys else {"size": MiB}, {"ttl_s": 600},
                 {"name": "stolen", "role": "tenant", "tenant": A},
-                {"max_bytes": None, "max_leases": None}]), label="body")
+                {"max_bytes": None, "max_leases": None},
+                {"size": MiB, "session_id": (self.a_sessions or ["0" * 32])[-1]}]),
+                label="body")
         before = self.a_state()
         answer = self.call(B, method, path, params=params, json=body)
         what = f"{method} {path} {params} {body}"

@@ -14,11 +14,11 @@ from sqlalchemy import func, select
 
 from poold.config import Settings
 from poold.daemon import Daemon
-from poold.ledger import leases, reads
+from poold.ledger import leases, reads, sessions
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
-from poold.models import Claim, Event, Lease
+from poold.models import Claim, ClientSession, Event, Lease
 from poold.types import EventKind, MiB
 
 RETENTION_S = 3600.0
@@ -46,20 +46,25 @@ def clock(daemon: Daemon) -> ManualClock:
 def rows(daemon: Daemon) -> dict[str, int]:
     def count(session: object, _now: object) -> dict[str, int]:
         return {model.__tablename__: session.scalar(select(func.count()).select_from(model))  # type: ignore[attr-defined]
-                for model in (Lease, Event, Claim)}
+                for model in (Lease, Event, Claim, ClientSession)}
     return daemon.ledger.read(count)
 
 
 def churn_round(daemon: Daemon, n: int) -> None:
-    """Grant, renew twice and release PER_ROUND leases (one with an idempotency key), scrub them,
-    and give idle claims back, as a daemon's clients and tick would."""
+    """Grant, renew twice and release PER_ROUND leases (one with an idempotency key, one in a
+    session that is closed instead), scrub them, and give idle claims back, as a daemon's
+    clients and tick would."""
+    session = daemon.ledger.run(partial(sessions.open_session, request=sessions.OpenRequest(
+        actor="test", ttl_s=900, tenant="team-a")))
     ids = [daemon.ledger.run(partial(leases.grant, request=GrantRequest(
-        size=2 * MiB, actor="test", ttl_s=900, tenant="team-a",
+        size=2 * MiB, actor="test", ttl_s=None if i == 1 else 900, tenant="team-a",
+        session_id=session.id if i == 1 else None,
         idempotency_key=f"round-{n}" if i == 0 else None))).id for i in range(PER_ROUND)]
     for _ in range(2):
         for lease_id in ids:
             daemon.ledger.run(partial(leases.keepalive, lease_id=lease_id, ttl_s=None,
                                       actor="test"))
+    daemon.ledger.run(partial(sessions.close, session_id=session.id, actor="test"))
     for lease_id in ids:
         daemon.ledger.run(partial(leases.release, lease_id=lease_id, actor="test"))
     daemon.scrubber.run_once()
@@ -82,10 +87,14 @@ def test_the_ledger_stays_bounded_under_steady_churn(daemon: Daemon) -> None:
     assert max(r["leases"] for r in steady) <= PER_ROUND * window, seen
     assert max(r["events"] for r in steady) <= 8 * PER_ROUND * window
     assert max(r["claims"] for r in steady) <= 2 * window
+    assert max(r["sessions"] for r in steady) <= window
+    assert seen[-1]["sessions"] == seen[ROUNDS // 2]["sessions"]
     assert seen[-1]["leases"] == seen[ROUNDS // 2]["leases"]
     assert abs(seen[-1]["events"] - seen[ROUNDS // 2]["events"]) <= PER_ROUND
     assert daemon.metrics.registry.get_sample_value(
         "poold_pruned_rows_total", {"table": "leases"}) == PER_ROUND * ROUNDS - seen[-1]["leases"]
+    assert daemon.metrics.registry.get_sample_value(
+        "poold_pruned_rows_total", {"table": "sessions"}) == ROUNDS - seen[-1]["sessions"]
     report = daemon.ledger.read(fsck)
     assert report.clean, report.violations
     # The audit log of what is kept: newest first, whole.

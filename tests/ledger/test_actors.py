@@ -46,6 +46,8 @@ EXPECTED: dict[str, set[str]] = {
     "pool.created": {"daemon", ADMIN}, "pool.changed": {ADMIN}, "pool.retired": {ADMIN},
     "pool.quota_changed": {ADMIN}, "pool.rules_changed": {"daemon", ADMIN},
     "token.created": {"daemon", ADMIN}, "token.revoked": {ADMIN}, "tenant.changed": {ADMIN},
+    "session.opened": {ALICE}, "session.renewed": {ALICE}, "session.closed": {ALICE},
+    "session.revoked": {ADMIN}, "session.expired": {"reaper"},
 }
 HOST_TTL_S = 3.0  # host b is lost this long after it stops (no grace)
 
@@ -127,6 +129,7 @@ def scenario(admin: Api, url: str, daemon: Daemon, kernel: FakeKernel, tmp_path:
     try:
         pools_of_admin(admin)
         leases_of_alice(alice, admin)
+        sessions_of_alice(alice, admin)
         devices_of_admin(admin, alice, daemon, kernel)
         # Host b: alice leases there, b stops; a adopts what b held once b is silent past
         # host_ttl, and zeroes it; b comes back.
@@ -172,6 +175,19 @@ def leases_of_alice(alice: Api, admin: Api) -> None:
     until("an idle claim goes back",
           lambda: any(e["actor"] == "allocator" for e in admin.events(kind="claim.released")),
           patience())
+
+
+def sessions_of_alice(alice: Api, admin: Api) -> None:
+    closed = alice("POST", "/v1/sessions", {"ttl_s": 60})["id"]
+    alice("POST", "/v1/leases", {"size": 2 * MiB, "session_id": closed})
+    alice("POST", f"/v1/sessions/{closed}/keepalive")
+    alice("DELETE", f"/v1/sessions/{closed}")
+    revoked = alice("POST", "/v1/sessions", {"ttl_s": 60})["id"]
+    admin("POST", f"/v1/sessions/{revoked}/revoke")
+    expiring = alice("POST", "/v1/sessions", {"ttl_s": 1})["id"]
+    until("the reaper expires a session",
+          lambda: bool(admin.events(kind="session.expired")), patience(1))
+    assert admin("GET", f"/v1/sessions/{expiring}")["state"] == "expired"
 
 
 def devices_of_admin(admin: Api, alice: Api, daemon: Daemon, kernel: FakeKernel) -> None:

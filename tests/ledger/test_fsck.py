@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -17,13 +18,13 @@ from sqlalchemy import Connection, delete, insert, literal, select, text, update
 
 from poold import db
 from poold.cli.main import main
-from poold.ledger import leases
+from poold.ledger import leases, sessions
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import FsckReport, fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
-from poold.models import Claim, Event, Host, Lease
+from poold.models import Claim, ClientSession, Event, Host, Lease
 from poold.types import DeviceKind, EventKind, MiB
 from tests.conftest import LedgerFactory, emulated_spec
 
@@ -262,3 +263,37 @@ def test_a_device_handed_out_whole_holding_two_tenants_is_reported(
     (violation,) = check(ledger).violations
     assert violation.startswith("dax0.0 serves '' but holds live leases of ['', 'team-b']")
 
+
+
+def end_session_only(conn: Connection, lease: LeaseView, session_id: str) -> None:
+    conn.execute(update(ClientSession).where(ClientSession.id == session_id)
+                 .values(state="closed"))
+
+
+def give_session_to_another_tenant(conn: Connection, lease: LeaseView, session_id: str) -> None:
+    conn.execute(update(ClientSession).where(ClientSession.id == session_id)
+                 .values(tenant="b"))
+
+
+def outlive_session(conn: Connection, lease: LeaseView, session_id: str) -> None:
+    set_lease(conn, lease, expires_at=lease.expires_at + timedelta(seconds=60))
+
+
+@pytest.mark.parametrize(("corrupt", "expected"), [
+    (end_session_only, "which is closed"),
+    (give_session_to_another_tenant, "of 'b' on host-a"),
+    (outlive_session, "its session"),
+], ids=lambda x: getattr(x, "__name__", None))
+def test_each_corruption_of_a_lease_in_a_session_is_reported(
+        sliced: Ledger, corrupt: Callable[[Connection, LeaseView, str], None],
+        expected: str) -> None:
+    opened = sliced.run(partial(sessions.open_session,
+                                request=sessions.OpenRequest(actor="test", ttl_s=60)))
+    lease = sliced.run(partial(leases.grant, request=GrantRequest(
+        2 * MiB, "test", session_id=opened.id)))
+    assert check(sliced).clean
+    with raw(sliced) as conn:
+        corrupt(conn, lease, opened.id)
+    violations = check(sliced).violations
+    assert any(v.startswith(f"lease {lease.id} ") and expected in v for v in violations), \
+        violations

@@ -19,7 +19,7 @@ from poold import db
 from poold.models import Base
 
 LEDGER_TABLES = {"hosts", "pools", "pool_quotas", "pool_rules", "devices", "claims", "leases",
-                 "events", "counters", "tenants", "tokens"}
+                 "events", "counters", "tenants", "tokens", "sessions"}
 
 
 @contextmanager
@@ -188,3 +188,37 @@ def test_0008_keeps_pools_and_devices_as_they_were(ledger_url: str) -> None:
         assert conn.execute(text("SELECT count(*) FROM pool_rules")).scalar_one() == 0
     db.downgrade(ledger_url, "0007")
     assert not {"pool_rules", "pool_quotas"} & tables(ledger_url)
+
+
+def test_0009_adds_sessions_and_keeps_leases_and_their_overlap_guards(ledger_url: str) -> None:
+    """A lease written before 0009 is a plain lease after it (no session), and neither the
+    upgrade nor the downgrade rebuilds `leases` (on SQLite that would drop its triggers)."""
+    db.upgrade(ledger_url, "0008")
+    with connect(ledger_url) as conn, conn.begin():
+        now = "2026-12-01 00:00:00+00:00"
+        conn.execute(text("INSERT INTO hosts (id, name, state, registered_at, last_seen_at) "
+                          "VALUES ('h', 'h', 'up', :t, :t)"), {"t": now})
+        conn.execute(text("INSERT INTO pools (id, name, claim_slice, default_ttl_s, max_ttl_s, "
+                          "scrub_on_release, trusted, created_at) "
+                          "VALUES (1, 'p', 0, 60, 600, true, false, :t)"), {"t": now})
+        conn.execute(text(
+            "INSERT INTO devices (id, uid, host_id, pool_id, kind, devname, chardev, size, "
+            "align, state, created_at, updated_at) VALUES (1, 'emu:0', 'h', 1, "
+            "'emulated', 'd', '/dev/d', 4194304, 2097152, 'online', :t, :t)"), {"t": now})
+        conn.execute(text("INSERT INTO claims (id, device_id, host_id, \"offset\", length, "
+                          "state, created_at) VALUES (1, 1, 'h', 0, 4194304, 'active', :t)"),
+                     {"t": now})
+        conn.execute(text(
+            "INSERT INTO leases (id, pool_id, device_id, claim_id, host_id, \"offset\", length, "
+            "generation, ttl_s, granted_at, expires_at, state, labels) VALUES "
+            "('" + "a" * 32 + "', 1, 1, 1, 'h', 0, 2097152, 1, 60, :t, :t, 'active', '{}')"),
+            {"t": now})
+    db.upgrade(ledger_url)
+    assert overlap_guards(ledger_url) == expected_guards(ledger_url)
+    with connect(ledger_url) as conn:
+        assert conn.execute(text("SELECT session_id FROM leases")).one() == (None,)
+    db.downgrade(ledger_url, "0008")
+    assert "sessions" not in tables(ledger_url)
+    assert overlap_guards(ledger_url) == expected_guards(ledger_url)
+    with connect(ledger_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM leases")).scalar_one() == 1

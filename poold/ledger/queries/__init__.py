@@ -23,8 +23,9 @@ from poold.ledger.queries import (
     leases,
     pools,
     scrubs,
+    sessions,
     tenants,
 )
 
 __all__ = ["claims", "counters", "devices", "events", "hosts", "leases", "pools", "scrubs",
-           "tenants"]
+           "sessions", "tenants"]

@@ -12,12 +12,22 @@ from typing import cast
 from sqlalchemy import Table, select
 
 from poold.ledger.views import DeviceRecord
-from poold.models import Claim, Counter, Device, Event, Host, Lease, Pool, PoolQuota
+from poold.models import (
+    Claim,
+    ClientSession,
+    Counter,
+    Device,
+    Event,
+    Host,
+    Lease,
+    Pool,
+    PoolQuota,
+)
 from poold.types import HOLDING_STATES, LeaseState
 
-POOLS, DEVICES, CLAIMS, LEASES, EVENTS, COUNTERS, HOSTS, POOL_QUOTAS = (
+POOLS, DEVICES, CLAIMS, LEASES, EVENTS, COUNTERS, HOSTS, POOL_QUOTAS, SESSIONS = (
     cast(Table, model.__table__)
-    for model in (Pool, Device, Claim, Lease, Event, Counter, Host, PoolQuota)
+    for model in (Pool, Device, Claim, Lease, Event, Counter, Host, PoolQuota, ClientSession)
 )
 ACTIVE = LeaseState.ACTIVE.value
 HOLDING = list(HOLDING_STATES)

@@ -1,0 +1,117 @@
+"""/v1/sessions: open, inspect, keep alive, close and revoke client sessions.
+
+A session is a TTL many leases hang on (grant with `session_id`): one keepalive renews all of
+them, and its answer lists the ones still live, so a holder of 64 leases sends one request per
+period instead of 64. Closing it releases its leases; an admin revoking it revokes them. A
+tenant sees and touches its own sessions only: another tenant's is unknown to it (404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import fields
+from functools import partial
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response, status
+from pydantic import TypeAdapter
+
+from api.auth import PrincipalDep, admin_of, principal_of, tenant_only_of
+from api.deps import LedgerDep, actor_of, ledger_of
+from api.errors import ERROR_RESPONSES
+from api.schemas import ClientSession, SessionRequest
+from poold.errors import Forbidden, UnknownSession
+from poold.ledger import reads, sessions
+from poold.ledger.tx import Tx
+from poold.ledger.views import SessionView
+from poold.types import TEXT_PATTERN, Role, SessionState, is_lease_id
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
+SessionId = Annotated[str, Path(min_length=1, max_length=64)]
+Filter = Annotated[str | None, Query(max_length=128, pattern=TEXT_PATTERN)]
+
+if [f.name for f in fields(SessionView)] != list(ClientSession.model_fields):
+    raise RuntimeError("api.schemas.ClientSession and SessionView name different fields")
+_ONE = TypeAdapter(SessionView)
+_MANY = TypeAdapter(list[SessionView])
+
+
+def _json(view: SessionView, status_code: int = status.HTTP_200_OK) -> Response:
+    return Response(content=_ONE.dump_json(view), status_code=status_code,
+                    media_type="application/json")
+
+
+def _known(session_id: str) -> str:
+    if not is_lease_id(session_id):
+        raise UnknownSession(f"no session {session_id[:64]!r}")
+    return session_id
+
+
+async def _write(request: Request, command: Callable[[Tx], SessionView],
+                 status_code: int = status.HTTP_200_OK) -> Response:
+    view: SessionView = await asyncio.wrap_future(ledger_of(request).submit(command))
+    return _json(view, status_code)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ClientSession)
+async def open_session(request: Request, body: SessionRequest | None = None) -> Response:
+    body = body or SessionRequest()
+    principal = principal_of(request)
+    tenant = body.tenant
+    if principal.role is Role.TENANT:
+        if tenant not in (None, principal.tenant):
+            raise Forbidden(f"{principal.actor} may open sessions only for tenant "
+                            f"{principal.tenant!r}")
+        tenant = principal.tenant
+    opening = sessions.OpenRequest(actor=principal.actor, ttl_s=body.ttl_s, tenant=tenant,
+                                   labels=dict(body.labels))
+    return await _write(request, partial(sessions.open_session, request=opening),
+                        status.HTTP_201_CREATED)
+
+
+@router.get("", response_model=list[ClientSession])
+def list_sessions(
+    ledger: LedgerDep,
+    principal: PrincipalDep,
+    state: SessionState | None = None,
+    tenant: Filter = None,
+    host: Filter = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    """Newest first. A tenant sees its own sessions only, whatever `tenant` asks."""
+    if principal.role is Role.TENANT:
+        tenant = principal.tenant
+    found = ledger.read(lambda s, now: reads.sessions(s, now, tenant=tenant, host=host,
+                                                      state=state, limit=limit))
+    return Response(content=_MANY.dump_json(found), media_type="application/json")
+
+
+@router.get("/{session_id}", response_model=ClientSession)
+def get_session(session_id: SessionId, ledger: LedgerDep, request: Request) -> Response:
+    only, session_id = tenant_only_of(request), _known(session_id)
+    return _json(ledger.read(lambda s, now: reads.client_session(s, session_id, now,
+                                                                 tenant_only=only)))
+
+
+@router.post("/{session_id}/keepalive", response_model=ClientSession)
+async def keepalive(session_id: SessionId, request: Request) -> Response:
+    """Renew the session and every lease in it; `leases` in the answer are those it renewed."""
+    return await _write(request, partial(sessions.keepalive, session_id=_known(session_id),
+                                         actor=actor_of(request),
+                                         tenant_only=tenant_only_of(request)))
+
+
+@router.delete("/{session_id}", response_model=ClientSession)
+async def close_session(session_id: SessionId, request: Request) -> Response:
+    """Release every lease of the session and end it. Idempotent."""
+    return await _write(request, partial(sessions.close, session_id=_known(session_id),
+                                         actor=actor_of(request),
+                                         tenant_only=tenant_only_of(request)))
+
+
+@router.post("/{session_id}/revoke", response_model=ClientSession)
+async def revoke_session(session_id: SessionId, request: Request) -> Response:
+    """Administrative end of a session and its leases; its holder learns at keepalive."""
+    return await _write(request, partial(sessions.revoke, session_id=_known(session_id),
+                                         actor=admin_of(request).actor))
