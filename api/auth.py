@@ -193,6 +193,16 @@ def tenant_only_of(request: Request) -> str | None:
     return principal.tenant if principal.role is Role.TENANT else None
 
 
+def acting_tenant(principal: Principal, asked: str | None, what: str) -> str | None:
+    """The tenant a request acts for: a tenant principal always its own (asking for another is
+    Forbidden), admins and host agents the one they name (None: no tenant's)."""
+    if principal.role is not Role.TENANT:
+        return asked
+    if asked not in (None, principal.tenant):
+        raise Forbidden(f"{principal.actor} may {what} only for tenant {principal.tenant!r}")
+    return principal.tenant
+
+
 def admin_of(request: Request) -> Principal:
     principal = principal_of(request)
     if not principal.is_admin:

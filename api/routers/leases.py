@@ -18,12 +18,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response, status
 from pydantic import TypeAdapter
 
-from api.auth import PrincipalDep, admin_of, principal_of, tenant_only_of
+from api.auth import PrincipalDep, acting_tenant, admin_of, principal_of, tenant_only_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.lease_backing import MADE_IN_A_THREAD, MADE_INLINE, LeaseBacking, backing_of, located
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
-from poold.errors import Forbidden, PooldError, UnknownLease
+from poold.errors import PooldError, UnknownLease
 from poold.ledger import leases, reads
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
@@ -63,10 +63,7 @@ def known(lease_id: str) -> str:
 async def grant_lease(body: LeaseRequest, request: Request) -> Response:
     principal = principal_of(request)
     fields_ = body.model_dump()
-    if principal.role is Role.TENANT:
-        if body.tenant not in (None, principal.tenant):
-            raise Forbidden(f"{principal.actor} may lease only for tenant {principal.tenant!r}")
-        fields_["tenant"] = principal.tenant
+    fields_["tenant"] = acting_tenant(principal, body.tenant, "lease")
     grant = leases.GrantRequest(actor=principal.actor, **fields_)
     view: LeaseView = await asyncio.wrap_future(
         ledger_of(request).submit(partial(leases.grant, request=grant)))

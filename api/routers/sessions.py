@@ -17,11 +17,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response, status
 from pydantic import TypeAdapter
 
-from api.auth import PrincipalDep, admin_of, principal_of, tenant_only_of
+from api.auth import PrincipalDep, acting_tenant, admin_of, principal_of, tenant_only_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.schemas import ClientSession, SessionRequest
-from poold.errors import Forbidden, UnknownSession
+from poold.errors import UnknownSession
 from poold.ledger import reads, sessions
 from poold.ledger.tx import Tx
 from poold.ledger.views import SessionView
@@ -58,12 +58,7 @@ async def _write(request: Request, command: Callable[[Tx], SessionView],
 async def open_session(request: Request, body: SessionRequest | None = None) -> Response:
     body = body or SessionRequest()
     principal = principal_of(request)
-    tenant = body.tenant
-    if principal.role is Role.TENANT:
-        if tenant not in (None, principal.tenant):
-            raise Forbidden(f"{principal.actor} may open sessions only for tenant "
-                            f"{principal.tenant!r}")
-        tenant = principal.tenant
+    tenant = acting_tenant(principal, body.tenant, "open sessions")
     opening = sessions.OpenRequest(actor=principal.actor, ttl_s=body.ttl_s, tenant=tenant,
                                    labels=dict(body.labels))
     return await _write(request, partial(sessions.open_session, request=opening),

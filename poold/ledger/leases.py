@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import NoReturn
 
 from poold.errors import (
@@ -188,19 +188,18 @@ def _keepalive_in_session(tx: Tx, lease: LeaseRecord, actor: str) -> LeaseView:
     if lease.state == LeaseState.ACTIVE and lease.expires_at > tx.now:
         session = q.sessions.session_record(tx.conn, lease.session_id or "")
         assert session is not None  # the foreign key
-        if lease.id in renew_session(tx, session, actor):
-            renewed = q.leases.lease_record(tx.conn, lease.id)
-            assert renewed is not None
-            return view(tx, renewed)
+        expires_at, renewed = renew_session(tx, session, actor)
+        if lease.id in renewed:
+            return view(tx, replace(lease, expires_at=expires_at, ttl_s=session.ttl_s))
     if effective_state(lease, tx.now) is LeaseState.EXPIRED:
         raise LeaseExpired(f"lease {lease.id} expired at {lease.expires_at.isoformat()}")
     raise LeaseNotActive(f"lease {lease.id} is {lease.state}")
 
 
-def renew_session(tx: Tx, session: SessionRecord, actor: str) -> list[str]:
-    """Renew a valid session and every valid lease in it, by its TTL; the ids of those leases.
-    One statement for the leases and one event for all of them (a keepalive of 64 leases costs
-    about what one lease's does)."""
+def renew_session(tx: Tx, session: SessionRecord, actor: str) -> tuple[datetime, list[str]]:
+    """Renew a valid session and every valid lease in it, by its TTL: the new expiry, and the
+    ids of those leases. One statement for the leases and one event for all of them (a
+    keepalive of 64 leases costs about what one lease's does)."""
     if tx.fenced and session.host_id == tx.host_id:
         raise HostFenced(f"session {session.id} is lost: host {tx.host_id} lost the ledger")
     expires_at = tx.now + timedelta(seconds=session.ttl_s)
@@ -212,7 +211,7 @@ def renew_session(tx: Tx, session: SessionRecord, actor: str) -> list[str]:
         raise SessionNotActive(f"session {session.id} is {session.state}")
     tx.event(EventKind.SESSION_RENEWED, actor, host_id=session.host_id, session=session.id,
              expires_at=expires_at.isoformat(), leases=len(renewed))
-    return renewed
+    return expires_at, renewed
 
 
 def _session_of(tx: Tx, request: GrantRequest) -> SessionRecord | None:

@@ -68,8 +68,7 @@ def keepalive(tx: Tx, session_id: str, actor: str,
     """Renew the session and every lease in it; the answer names the leases still live, so a
     holder learns in one round trip which of its leases ended (revoked, lost)."""
     session = _session(tx, session_id, tenant_only)
-    renewed = leases.renew_session(tx, session, actor)
-    expires_at = tx.now + timedelta(seconds=session.ttl_s)
+    expires_at, renewed = leases.renew_session(tx, session, actor)
     return SessionView.build(replace(session, expires_at=expires_at), renewed, tx.now)
 
 
@@ -105,25 +104,28 @@ def _end(tx: Tx, session: SessionRecord, state: SessionState, kind: EventKind, a
                              "end it there")
     if session.expires_at <= tx.now:  # past its expiry: it ends as expired, as a lease would
         _finalise_expired(tx, session)
-        return SessionView.build(replace(session, state=SessionState.EXPIRED.value,
-                                     ended_at=tx.now), [], tx.now)
-    q.sessions.end_session(tx.conn, session.id, state, tx.now)
-    ended = q.sessions.active_lease_ids(tx.conn, session.id)
-    for lease_id in ended:
-        end_lease(lease_id)
-    tx.event(kind, actor, host_id=session.host_id, session=session.id, leases=len(ended))
+        state = SessionState.EXPIRED
+    else:
+        _end_with_leases(tx, session, state, kind, actor, end_lease)
     return SessionView.build(replace(session, state=state.value, ended_at=tx.now), [], tx.now)
 
 
 def _finalise_expired(tx: Tx, session: SessionRecord) -> None:
-    """Its leases share its expiry: ending one past it finalises it as expired."""
-    if not q.sessions.end_session(tx.conn, session.id, SessionState.EXPIRED, tx.now):
+    """Its leases share its expiry: releasing one past it finalises it as expired."""
+    _end_with_leases(tx, session, SessionState.EXPIRED, EventKind.SESSION_EXPIRED, "reaper",
+                     lambda lease_id: leases.release(tx, lease_id, "reaper"))
+
+
+def _end_with_leases(tx: Tx, session: SessionRecord, state: SessionState, kind: EventKind,
+                     actor: str, end_lease: Callable[[str], LeaseView]) -> None:
+    """End the session if it is still active in the ledger, then each lease still active in
+    it, and audit the session's end with how many leases it took along."""
+    if not q.sessions.end_session(tx.conn, session.id, state, tx.now):
         return
     ended = q.sessions.active_lease_ids(tx.conn, session.id)
     for lease_id in ended:
-        leases.release(tx, lease_id, "reaper")
-    tx.event(EventKind.SESSION_EXPIRED, "reaper", host_id=session.host_id, session=session.id,
-             leases=len(ended))
+        end_lease(lease_id)
+    tx.event(kind, actor, host_id=session.host_id, session=session.id, leases=len(ended))
 
 
 def _session(tx: Tx, session_id: str, tenant_only: str | None = None) -> SessionRecord:
@@ -134,5 +136,3 @@ def _session(tx: Tx, session_id: str, tenant_only: str | None = None) -> Session
     if session is None or (tenant_only is not None and session.tenant != tenant_only):
         raise UnknownSession(f"no session {session_id!r}")
     return session
-
-
