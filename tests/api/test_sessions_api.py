@@ -4,6 +4,8 @@ can neither see nor touch it, nor grant into it; an admin revokes it."""
 
 from __future__ import annotations
 
+import httpx
+
 from poold.types import MiB
 from tests.api.admin_served import Served
 
@@ -69,3 +71,18 @@ def test_bad_session_requests_get_clear_errors(served: Served) -> None:
     session = alice.post("/v1/sessions", json={"ttl_s": 30}).json()
     served.refused(422, "InvalidRequest", "POST", "/v1/leases", alice,
                    json={"size": 2 * MiB, "ttl_s": 60, "session_id": session["id"]})
+
+
+def test_every_session_operation_needs_a_credential(served: Served) -> None:
+    """A local user without a token (or with a wrong one) opens, reads, renews, closes and
+    revokes nothing."""
+    session = served.tenant("alice").post("/v1/sessions", json={"ttl_s": 30}).json()
+    path = f"/v1/sessions/{session['id']}"
+    for headers in ({}, {"Authorization": "Bearer nonsense"}):
+        anonymous = httpx.Client(base_url=served.url, timeout=30, headers=headers)
+        for method, where in (("POST", "/v1/sessions"), ("GET", "/v1/sessions"), ("GET", path),
+                              ("POST", f"{path}/keepalive"), ("DELETE", path),
+                              ("POST", f"{path}/revoke")):
+            served.refused(401, "Unauthenticated", method, where, anonymous)
+        anonymous.close()
+    assert served.admin.get(path).json()["state"] == "active"
