@@ -11,6 +11,7 @@ from api.schemas import Lease as LeaseInfo
 from poold.client.http import PooldClient
 from poold.client.lease import Lease
 from poold.client.mapping import Mapping
+from poold.client.session import Session
 from poold.errors import ClientError, LeaseLost, MisalignedExtent, PooldError, TransportError
 
 __all__ = [
@@ -22,5 +23,6 @@ __all__ = [
     "MisalignedExtent",
     "PooldClient",
     "PooldError",
+    "Session",
     "TransportError",
 ]

@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 
-from api.schemas import Device, Event, GrantedLease, Pool
+from api.schemas import ClientSession, Device, Event, GrantedLease, Pool
 from api.schemas import Lease as LeaseInfo
 from poold import errors
 from poold.client.lease import Lease
+from poold.client.session import Session
 from poold.client.wire import error_from_wire
 
 DEFAULT_URL = "http://127.0.0.1:7077"
@@ -59,13 +60,35 @@ class PooldClient:
         return Lease(self, info, keepalive=keepalive, token=info.token)
 
     def grant(self, size: int, *, ttl_s: int | None = None, pool: str | None = None,
-              labels: dict[str, str] | None = None, idempotency_key: str | None = None
-              ) -> GrantedLease:
+              labels: dict[str, str] | None = None, idempotency_key: str | None = None,
+              session_id: str | None = None) -> GrantedLease:
         body: dict[str, Any] = {"size": size, "labels": labels or {}}
-        for key, value in (("ttl_s", ttl_s), ("pool", pool), ("idempotency_key", idempotency_key)):
+        for key, value in (("ttl_s", ttl_s), ("pool", pool), ("idempotency_key", idempotency_key),
+                           ("session_id", session_id)):
             if value is not None:
                 body[key] = value
         return GrantedLease.model_validate(self._call("POST", "/v1/leases", json=body))
+
+    def session(self, *, ttl_s: int = 30, labels: dict[str, str] | None = None,
+                keepalive: bool = True) -> Session:
+        """Open a session now: leases granted with `session.lease(...)` share its one
+        keepalive; use it as a context manager to close it, releasing them all."""
+        return Session(self, self.open_session(ttl_s=ttl_s, labels=labels), keepalive=keepalive)
+
+    def open_session(self, *, ttl_s: int = 30, labels: dict[str, str] | None = None
+                     ) -> ClientSession:
+        body = {"ttl_s": ttl_s, "labels": labels or {}}
+        return ClientSession.model_validate(self._call("POST", "/v1/sessions", json=body))
+
+    def keepalive_session(self, session_id: str) -> ClientSession:
+        return ClientSession.model_validate(
+            self._call("POST", f"/v1/sessions/{session_id}/keepalive"))
+
+    def close_session(self, session_id: str) -> ClientSession:
+        return ClientSession.model_validate(self._call("DELETE", f"/v1/sessions/{session_id}"))
+
+    def get_session(self, session_id: str) -> ClientSession:
+        return ClientSession.model_validate(self._call("GET", f"/v1/sessions/{session_id}"))
 
     def keepalive(self, lease_id: str, ttl_s: int | None = None) -> LeaseInfo:
         body = {"ttl_s": ttl_s} if ttl_s is not None else None
@@ -95,6 +118,8 @@ class PooldClient:
         return self._call(method, path, **kwargs)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self._http.is_closed:  # a keepalive thread outliving its client: nothing to renew
+            raise errors.ClientError(f"{method} {path}: the client is closed")
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:

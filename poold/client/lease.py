@@ -1,6 +1,7 @@
 """Lease: one granted lease on the client side, kept alive in the background.
 
-The keepalive thread renews at a third of the TTL. If the daemon says the lease expired, was
+Its own keepalive thread (poold.client.renewal) renews it at a third of the TTL, or, granted in
+a session (poold.client.session), the session's does. If the daemon says the lease expired, was
 revoked or is unknown, or that its host is fenced from a shared ledger, or the daemon (or its
 ledger) stays unreachable until the lease's own expiry, the lease is marked lost: `check()`
 raises LeaseLost and the holder must stop touching the memory.
@@ -9,17 +10,14 @@ raises LeaseLost and the holder must stop touching the memory.
 from __future__ import annotations
 
 import os
-import threading
-import time
+from collections.abc import Callable
 from typing import Protocol
 
 from api.schemas import Lease as LeaseInfo
 from poold import errors
 from poold.client.fdsocket import receive_fd
 from poold.client.mapping import Mapping
-
-# After a failed renewal that may pass (daemon or ledger unreachable), try again this soon.
-RETRY_S = 0.5
+from poold.client.renewal import Renewal
 
 
 class LeaseClient(Protocol):
@@ -34,18 +32,20 @@ class LeaseClient(Protocol):
 
 class Lease:
     def __init__(self, client: LeaseClient, info: LeaseInfo, *, keepalive: bool = True,
-                 token: str | None = None) -> None:
+                 token: str | None = None,
+                 on_release: Callable[[Lease], None] | None = None) -> None:
+        """`keepalive=False`: nothing renews it here (its session does, or the caller).
+        `on_release`: told when the holder releases it (its session forgets it)."""
         self._client = client
         self.info = info
         self.token = token  # proof of holding, for the daemon's fd socket
         self.lost_reason: str | None = None
         self._mappings: list[Mapping] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._on_release = on_release
+        self._renewal: Renewal | None = None
         if keepalive:
-            self._thread = threading.Thread(target=self._keepalive, daemon=True,
-                                            name=f"poold-keepalive-{info.id[:8]}")
-            self._thread.start()
+            self._renewal = Renewal(f"poold-keepalive-{info.id[:8]}", info.ttl_s,
+                                    self._renew, self.lose)
 
     @property
     def id(self) -> str:
@@ -54,6 +54,11 @@ class Lease:
     @property
     def lost(self) -> bool:
         return self.lost_reason is not None
+
+    def lose(self, reason: str) -> None:
+        """Mark the lease lost (the first reason stands): the holder must stop using it."""
+        if self.lost_reason is None:
+            self.lost_reason = reason
 
     def check(self) -> None:
         if self.lost_reason is not None:
@@ -87,13 +92,18 @@ class Lease:
         self._mappings.append(mapping)
         return mapping
 
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+    def close_mappings(self) -> None:
+        """Unmap what map() mapped (views still exported keep their pages until they go)."""
         for mapping in self._mappings:
             mapping.close()
         self._mappings.clear()
+
+    def release(self) -> None:
+        if self._renewal is not None:
+            self._renewal.stop()
+        self.close_mappings()
+        if self._on_release is not None:
+            self._on_release(self)
         self.info = self._client.release(self.id)
 
     def __enter__(self) -> Lease:
@@ -102,31 +112,6 @@ class Lease:
     def __exit__(self, *_exc: object) -> None:
         self.release()
 
-    def _keepalive(self) -> None:
-        """Renew every third of the TTL, counted from when the last renewal was sent (the
-        ledger's new expiry is at least a TTL after that), so a slow answer does not push the
-        next one out. A daemon that cannot be reached, or whose ledger is down for a moment
-        (503 LedgerUnavailable, e.g. a database restart), is retried sooner until the lease's
-        own expiry; an answer that the lease is gone (expired, revoked, unknown, or this host
-        fenced from a shared ledger) loses it at once."""
-        period = max(self.info.ttl_s / 3, 0.05)
-        deadline = time.monotonic() + self.info.ttl_s
-        wait = period
-        while not self._stop.wait(wait):
-            sent = time.monotonic()
-            try:
-                self.info = self._client.keepalive(self.id)
-            except errors.HostFenced as exc:
-                self.lost_reason = f"HostFenced: {exc.detail}"
-                return
-            except (errors.TransportError, errors.LedgerUnavailable) as exc:
-                if time.monotonic() >= deadline:
-                    self.lost_reason = f"daemon unreachable until expiry ({exc})"
-                    return
-                wait = min(period, RETRY_S)
-                continue
-            except errors.PooldError as exc:
-                self.lost_reason = f"{type(exc).__name__}: {exc.detail}"
-                return
-            deadline = sent + self.info.ttl_s
-            wait = max(0.0, sent + period - time.monotonic())
+    def _renew(self) -> int:
+        self.info = self._client.keepalive(self.id)
+        return self.info.ttl_s

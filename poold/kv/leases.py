@@ -5,6 +5,9 @@ lease when the store is full and the budget allows, releases a lease whose slots
 free for `idle_release_s`, and hands back the slabs whose lease the keepalive thread marked lost.
 It owns no keys: the store drops the blocks of a lost slab from its index.
 
+Its leases share one client session (poold.client.Session), opened with the first lease and
+closed with the set: one keepalive a period renews them all, however many the budget holds.
+
 Not thread-safe by itself: the store calls it under its lock. The one field another thread
 changes is `Lease.lost_reason`, flipped by the lease's keepalive thread at any instant, so `usable`
 reads it afresh every time and nothing caches it.
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from poold import errors
-from poold.client import Lease, Mapping, PooldClient
+from poold.client import Lease, Mapping, PooldClient, Session
 from poold.kv.slab import Slab
 
 if TYPE_CHECKING:
@@ -112,6 +115,7 @@ class LeaseSet:
         self._backoff_s = grow_backoff_s
         self._clock = clock
         self._no_grow_until = float("-inf")
+        self._session: Session | None = None
         self.slabs: list[LeaseSlab] = []
         self.granted = self.released = self.lost = self.grow_failures = self.budget_refusals = 0
 
@@ -155,8 +159,7 @@ class LeaseSet:
         if self._clock() < self._no_grow_until:
             return None  # the daemon just said no; do not ask again on every put
         try:
-            lease = self._client.lease(self.lease_bytes, ttl_s=self.ttl_s, pool=self._pool,
-                                       labels=self._labels)
+            lease = self._lease_more()
         except errors.PooldError as exc:
             self.grow_failures += 1
             self._no_grow_until = self._clock() + self._backoff_s
@@ -182,6 +185,22 @@ class LeaseSet:
         self.granted += 1
         log.info("kv.lease_granted lease=%s length=%d", lease.id, lease.info.length)
         return slab
+
+    def _lease_more(self) -> Lease:
+        """A lease of lease_bytes in the set's session (a new one if the last was lost)."""
+        if self._session is None or self._session.lost:
+            if self._session is not None:
+                self._session.close()
+            self._session = None
+            self._session = self._client.session(ttl_s=self.ttl_s, labels=self._labels)
+        return self._session.lease(self.lease_bytes, pool=self._pool, labels=self._labels)
+
+    def close(self) -> None:
+        """Close the session, which releases whatever lease is still in it."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            with contextlib.suppress(errors.PooldError):
+                session.close()
 
     def take_lost(self) -> list[LeaseSlab]:
         """Remove and return every slab whose lease went lost since the last call."""

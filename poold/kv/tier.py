@@ -179,6 +179,7 @@ class Tier:
     def close(self) -> None:
         for slab in self.leases.take_all():
             slab.close("store closed")
+        self.leases.close()
 
     def locate(self, key: bytes) -> BlockLocation | None:
         where = self.index.get(key)

@@ -83,7 +83,7 @@ def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
             time.sleep(0.05)
         (lost,) = store.lost_leases()
         assert lost.lease_id == doomed.lease_id and lost.blocks == PER_LEASE
-        assert "LeaseNotActive" in lost.reason
+        assert "revoked in the ledger" in lost.reason, lost.reason
         stats = store.stats()
         assert (stats.lost, stats.blocks_used, stats.leases) == (PER_LEASE, 8, 1)
         assert store.get_many(keys[:PER_LEASE]) == [None] * PER_LEASE

@@ -32,6 +32,33 @@ def grow(leases: LeaseSet) -> LeaseSlab:
 def close_all(leases: LeaseSet) -> None:
     for slab in leases.take_all():
         slab.close("test over")
+    leases.close()
+
+
+def test_the_leases_share_one_session_that_closing_ends(client: PooldClient) -> None:
+    leases = lease_set(client, FakeClock(0.0))
+    slabs = [grow(leases) for _ in range(3)]
+    (session_id,) = {slab.lease.info.session_id for slab in slabs}
+    assert session_id is not None
+    session = client.get_session(session_id)
+    assert session.state == "active" and sorted(session.leases) == sorted(s.id for s in slabs)
+    assert session.labels == {}  # the set's labels (none here) go on the session too
+    close_all(leases)
+    assert client.get_session(session_id).state == "closed"
+    assert {client.get_lease(s.id).state for s in slabs} <= {"released", "scrubbing"}
+
+
+def test_a_lost_session_is_replaced_by_the_next_growth(client: PooldClient) -> None:
+    leases = lease_set(client, FakeClock(0.0), ttl_s=3)
+    first = grow(leases)
+    old = first.lease.info.session_id
+    client.raw("POST", f"/v1/sessions/{old}/revoke")
+    until("the set's lease is lost", lambda: not first.usable, patience(3))
+    assert leases.take_lost() == [first]
+    second = grow(leases)
+    assert second.lease.info.session_id not in (None, old)
+    assert client.get_session(second.lease.info.session_id or "").state == "active"
+    close_all(leases)
 
 
 def test_a_lease_never_used_is_idle_from_its_grant(client: PooldClient) -> None:

@@ -1,0 +1,171 @@
+"""The SDK's sessions against a real daemon: one keepalive for many leases, leases the ledger
+ended reported lost from the keepalive's answer, a lost session losing them all, closing it
+releasing them all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from poold import errors
+from poold.client import PooldClient, Session
+from poold.types import MiB
+from tests.daemon_fixtures import serving_daemon
+from tests.timing import patience, until
+
+REAP_INTERVAL_S = 0.2
+
+
+@pytest.fixture
+def url(tmp_path: Path, ledger_url: str) -> Iterator[str]:
+    with serving_daemon(tmp_path, database_url=ledger_url,
+                        reap_interval_s=REAP_INTERVAL_S) as (_daemon, base_url):
+        yield base_url
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[PooldClient]:
+    with PooldClient(url) as c:
+        yield c
+
+
+def keepalives(client: PooldClient, kind: str, **filters: str) -> int:
+    return len(client.events(kind=kind, **filters))
+
+
+def test_one_keepalive_renews_every_lease_past_their_ttl(client: PooldClient) -> None:
+    ttl = 2
+    with client.session(ttl_s=ttl, labels={"engine": "test"}) as session:
+        leases = [session.lease(2 * MiB) for _ in range(4)]
+        assert {lease.info.session_id for lease in leases} == {session.id}
+        until("three session renewals",
+              lambda: len(client.events(kind="session.renewed")) >= 3, patience(3 * ttl))
+        for lease in leases:
+            lease.check()
+            assert client.get_lease(lease.id).state == "active"
+        # The leases were renewed by the session alone: not one lease keepalive was sent.
+        assert client.events(kind="lease.renewed") == []
+        renewed = client.events(kind="session.renewed")
+        assert all(e.details["leases"] == 4 for e in renewed), renewed
+    assert client.pools()[0].leased_bytes == 0
+    assert client.get_session(session.id).state == "closed"
+    assert {client.get_lease(lease.id).state for lease in leases} <= {"released", "scrubbing"}
+
+
+def test_a_lease_the_ledger_ended_is_lost_at_the_next_keepalive(client: PooldClient) -> None:
+    ttl = 3
+    with client.session(ttl_s=ttl) as session:
+        kept, revoked = session.lease(2 * MiB), session.lease(2 * MiB)
+        client.raw("POST", f"/v1/leases/{revoked.id}/revoke")
+        until("the session's keepalive hears of it", lambda: revoked.lost, patience(ttl))
+        with pytest.raises(errors.LeaseLost, match="revoked in the ledger: not renewed by"):
+            revoked.check()
+        with pytest.raises(errors.LeaseLost):
+            revoked.map()
+        kept.check()
+        session.check()
+        assert client.get_lease(kept.id).state == "active"
+
+
+def test_a_lease_released_by_its_holder_is_forgotten_not_lost(client: PooldClient) -> None:
+    ttl = 2
+    with client.session(ttl_s=ttl) as session:
+        with session.lease(2 * MiB) as first:
+            pass
+        second = session.lease(2 * MiB)
+        assert session.leases == [second]
+        start = keepalives(client, "session.renewed")
+        until("two renewals", lambda: keepalives(client, "session.renewed") >= start + 2,
+              patience(2 * ttl))
+        assert not first.lost and not second.lost
+        assert client.get_lease(first.id).state in ("released", "scrubbing")
+
+
+def test_a_revoked_session_loses_every_lease(client: PooldClient) -> None:
+    ttl = 3
+    session = client.session(ttl_s=ttl)
+    leases = [session.lease(2 * MiB) for _ in range(2)]
+    client.raw("POST", f"/v1/sessions/{session.id}/revoke")
+    until("the session is lost", lambda: session.lost, patience(ttl))
+    with pytest.raises(errors.LeaseLost, match="SessionNotActive"):
+        session.check()
+    for lease in leases:
+        with pytest.raises(errors.LeaseLost, match="session lost"):
+            lease.check()
+    with pytest.raises(errors.LeaseLost):
+        session.lease(2 * MiB)  # a lost session grants nothing more
+    session.close()  # idempotent, and asks the daemon nothing more
+    assert {client.get_lease(lease.id).state for lease in leases} <= {"revoked", "scrubbing"}
+
+
+def test_a_session_without_keepalive_expires_with_its_leases(client: PooldClient) -> None:
+    ttl = 1
+    session = client.session(ttl_s=ttl, keepalive=False)
+    lease = session.lease(2 * MiB)
+    until("the reaper expires the session", lambda: client.events(
+        kind="session.expired"), patience(ttl, REAP_INTERVAL_S))
+    assert client.get_lease(lease.id).state in ("expired", "scrubbing")
+    assert client.get_session(session.id).state == "expired"
+
+
+class RefusedSessionKeepalives(httpx.BaseTransport):
+    """The seam between SDK and daemon: the next `count` session keepalives are refused as if
+    the daemon were down; everything else reaches the real daemon."""
+
+    def __init__(self, count: int) -> None:
+        self._real = httpx.HTTPTransport()
+        self.left = count
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/sessions/") and \
+                request.url.path.endswith("/keepalive") and self.left > 0:
+            self.left -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self._real.handle_request(request)
+
+
+def test_a_passing_outage_loses_no_lease_of_the_session(url: str) -> None:
+    ttl = 6  # a period (2 s) and two retries 0.5 s apart still leave 2.5 s before expiry
+    transport = RefusedSessionKeepalives(count=3)
+    with PooldClient(url, transport=transport) as client, client.session(ttl_s=ttl) as session:
+        lease = session.lease(2 * MiB)
+        opened = session.info.expires_at
+        until("a renewal after the outage",
+              lambda: session.lost or session.info.expires_at > opened, patience(ttl))
+        assert transport.left == 0
+        session.check()
+        lease.check()
+        assert client.get_lease(lease.id).expires_at == session.info.expires_at
+
+
+def test_a_lease_granted_during_a_keepalive_is_not_taken_for_lost(url: str) -> None:
+    """The keepalive's answer names the leases live when it was made: one granted while it was
+    on its way is absent from it, and must not be marked lost for that."""
+
+    class GrantDuringKeepalive(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self._real = httpx.HTTPTransport()
+            self.session: Session | None = None
+            self.granted: list[str] = []
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            answer = self._real.handle_request(request)
+            if request.url.path.endswith("/keepalive") and self.session is not None \
+                    and not self.granted:
+                answer.read()  # the answer is made; now a lease is granted before it lands
+                self.granted.append(self.session.lease(2 * MiB).id)
+            return answer
+
+    transport = GrantDuringKeepalive()
+    ttl = 2
+    with PooldClient(url, transport=transport) as client, client.session(ttl_s=ttl) as session:
+        transport.session = session
+        until("a lease granted during a keepalive", lambda: transport.granted, patience(ttl))
+        (late,) = [lease for lease in session.leases if lease.id in transport.granted]
+        start = keepalives(client, "session.renewed")
+        until("the next renewal", lambda: keepalives(client, "session.renewed") > start,
+              patience(ttl))
+        late.check()
