@@ -5,12 +5,13 @@ this host's config holds the pool, naming them; on both databases."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import pytest
 
-from poold.errors import Conflict, InvalidRequest
+from poold.errors import Conflict, InvalidRequest, UnknownPool, UnknownTenant
 from poold.ledger import membership, pools, reads, registry
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
@@ -140,3 +141,100 @@ def test_an_edit_is_recorded_with_its_host_and_what_changed(make_ledger: LedgerF
     (event,) = ledger.read(lambda s, now: reads.events(s, kind="pool.changed"))
     assert (event.actor, event.host) == ("a", HOST)
     assert event.details == {"pool": "kept", "changed": {"max_ttl_s": [600, 300]}}
+
+
+def test_an_unknown_pool_and_a_retired_one_are_refused_saying_which(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    kept_pool(ledger)
+    ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    for name, refusal in (("nowhere", "no pool 'nowhere'"), ("kept", "pool 'kept' is retired")):
+        with pytest.raises(UnknownPool) as refused:
+            ledger.run(partial(pools.edit_pool, name=name, changes={"max_ttl_s": 300},
+                               actor="a"))
+        assert str(refused.value) == refusal
+        with pytest.raises(UnknownPool) as refused:
+            ledger.run(partial(pools.set_pool_quota, name=name, tenant="team-a",
+                               max_bytes=None, max_leases=1, actor="a"))
+        assert str(refused.value) == refusal
+    assert ledger.read(lambda s, now: reads.events(s, kind="pool.changed")) == []
+    assert ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed")) == []
+
+
+def test_creating_a_pool_that_exists_is_refused_saying_to_edit_it(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    kept_pool(ledger)
+    policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=30, max_ttl_s=60)
+    with pytest.raises(Conflict) as refused:
+        ledger.run(partial(pools.create_pool, policy=policy, actor="a"))
+    assert str(refused.value) == "pool 'kept' exists: edit it instead"
+    shown = ledger.read(lambda s, now: reads.pool(s, now, "kept"))
+    assert (shown.default_ttl_s, shown.max_ttl_s) == (60, 600)
+    created = ledger.read(lambda s, now: reads.events(s, kind="pool.created"))
+    assert [e.details["pool"] for e in created] == ["kept", "default"]
+
+
+def test_a_creation_is_recorded_with_its_host_and_whole_policy_and_brings_a_retired_pool_back(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    kept_pool(ledger)
+    ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    again = pools.PoolPolicy(name="kept", claim_slice=4 * MiB, default_ttl_s=30, max_ttl_s=90,
+                             max_lease_size=8 * MiB, scrub_on_release=False, trusted=True,
+                             description="back", allowed_tenants=["team-b", "team-a"])
+    ledger.run(partial(pools.create_pool, policy=again, actor="admin:a"))
+    shown = ledger.read(lambda s, now: reads.pool(s, now, "kept"))
+    assert shown.retired_at is None
+    assert pools.PoolPolicy.of(shown) == replace(again, allowed_tenants=["team-a", "team-b"])
+    brought_back, first = [e for e in ledger.read(
+        lambda s, now: reads.events(s, kind="pool.created")) if e.details["pool"] == "kept"]
+    assert (brought_back.actor, brought_back.host) == ("admin:a", HOST)
+    assert first.details == {"pool": "kept", "policy": {
+        "claim_slice": 0, "default_ttl_s": 60, "max_ttl_s": 600, "max_lease_size": None,
+        "scrub_on_release": True, "trusted": False, "description": "",
+        "allowed_tenants": None}}
+    assert brought_back.details == {"pool": "kept", "policy": {
+        "claim_slice": 4 * MiB, "default_ttl_s": 30, "max_ttl_s": 90,
+        "max_lease_size": 8 * MiB, "scrub_on_release": False, "trusted": True,
+        "description": "back", "allowed_tenants": ["team-a", "team-b"]}}
+
+
+def test_retiring_a_pool_placement_rules_name_is_refused_naming_five_of_them(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    kept_pool(ledger)
+    wanted = [membership.Rule("name", f"dax{i}.*", "kept") for i in range(6)]
+    ledger.run(partial(membership.set_rules, wanted=wanted, actor="a"))
+    with pytest.raises(Conflict) as refused:
+        ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    assert str(refused.value) == (
+        "placement rules send devices to pool 'kept' (dax0.*, dax1.*, dax2.*, dax3.*, dax4.*): "
+        "change the rules first")
+    assert ledger.read(lambda s, now: reads.pool(s, now, "kept")).retired_at is None
+    assert ledger.read(lambda s, now: reads.events(s, kind="pool.retired")) == []
+
+
+def test_a_cleared_quota_is_recorded_with_its_host_pool_and_tenant(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    set_quota(ledger, max_leases=3)
+    set_quota(ledger, tenant="team-b", max_leases=2)
+    ledger.run(partial(pools.clear_pool_quota, name="default", tenant="team-a",
+                       actor="admin:a"))
+    cleared = ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed"))[0]
+    assert (cleared.actor, cleared.host) == ("admin:a", HOST)
+    assert cleared.details == {"pool": "default", "tenant": "team-a", "cleared": True}
+    quotas = ledger.read(lambda s, now: reads.pool(s, now, "default")).quotas
+    assert [(q.tenant, q.max_leases) for q in quotas] == [("team-b", 2)]
+
+
+def test_clearing_a_quota_that_is_not_there_is_refused_saying_which(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger()
+    set_quota(ledger, tenant="team-b", max_leases=2)
+    with pytest.raises(UnknownTenant) as refused:
+        ledger.run(partial(pools.clear_pool_quota, name="default", tenant="team-a",
+                           actor="a"))
+    assert str(refused.value) == "tenant 'team-a' has no quota in pool 'default'"
+    assert len(ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed"))) == 1
