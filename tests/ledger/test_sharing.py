@@ -18,6 +18,7 @@ from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
+from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.models import Claim
 from poold.types import DeviceKind, LeaseState, MiB
@@ -394,3 +395,107 @@ def test_a_claim_is_trimmed_to_the_runs_of_leases_it_holds(make_ledger: LedgerFa
     clean(a)
     for lease in [*full, small[0], small[2], small[3]]:
         release(b if lease in small else c, lease.id)
+
+
+def test_a_lost_lease_on_a_carved_region_waits_for_its_device_to_go(
+        make_ledger: LedgerFactory) -> None:
+    """In a pool that does not scrub, a lost lease's bytes are free at once, except on a region
+    carved per lease: its own dax device must be gone before another is made there."""
+    region = replace(emulated_spec(64 * MiB, name="dax0"), uid="test:region0",
+                     kind=DeviceKind.DAX_REGION)
+    ledger = make_ledger([region])
+    lease = grant(ledger, 64 * MiB)
+    assert ledger.run(partial(sharing.lose_own_leases, reason="fenced")) == 1
+    assert lease_view(ledger, lease.id).state is LeaseState.SCRUBBING
+    with pytest.raises(errors.NoCapacity):
+        grant(ledger, 2 * MiB)
+    clean(ledger)
+
+
+def test_a_lost_leases_bytes_are_granted_again_in_the_same_claim(
+        make_ledger: LedgerFactory) -> None:
+    """Nothing to give back or trim: the host's claim (here the whole device) has room again
+    the moment its lease is lost."""
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")], claim_slice=16 * MiB)
+    lost = grant(ledger, 16 * MiB)
+    ledger.run(partial(sharing.lose_own_leases, reason="memory gone"))
+    assert lease_view(ledger, lost.id).state is LeaseState.LOST
+    again = grant(ledger, 16 * MiB)
+    assert (again.device_id, again.offset) == (lost.device_id, lost.offset)
+    assert ledger.read(lambda s, _: reads.events(s, kind="claim.released")) == []
+    assert len(ledger.read(lambda s, _: reads.events(s, kind="claim.created"))) == 1
+    clean(ledger)
+
+
+def test_an_adopted_claim_still_holding_bytes_is_the_adopters_to_grant_in(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """A lost host's claim whose lease is being scrubbed stays claimed, now by the adopter,
+    which grants in its free room (around the scrubbing lease) before claiming anything new."""
+    watch_a, watch_b = FakeMonotonic(), FakeMonotonic()
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB, scrub=True,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_a))
+    b = make_ledger([SHARED], host_id="host-b", claim_slice=16 * MiB, scrub=True,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_b))
+    tick(a)
+    tick(b)
+    held = grant(b, 2 * MiB)  # b's one claim: [0, 16) MiB
+    clock.advance(TTL + GRACE + 1)
+    watch_a.now += TTL + GRACE + 1
+    tick(a)
+    assert (lease_view(a, held.id).state, lease_view(a, held.id).host) == (
+        LeaseState.SCRUBBING, "host-a")
+    mine = [grant(a, 2 * MiB) for _ in range(7)]
+    assert sorted(x.offset for x in mine) == [i * 2 * MiB for i in range(1, 8)]
+    created = a.read(lambda s, _: reads.events(s, kind="claim.created"))
+    assert [e.host for e in created] == ["host-b"]  # a claimed nothing of its own
+    a.run(partial(leases.finish_scrub, lease_id=held.id))
+    assert grant(a, 2 * MiB).offset == 0
+    clean(a)
+
+
+def test_a_grant_short_of_room_adopts_a_lost_hosts_claims_on_a_device_it_never_saw_too(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """A lost host found by a grant that needs room (not by a tick): the adopter learns of the
+    device the lost host registered after it started (its own, unshared) from the ledger, and
+    gives the idle claim there back like any other."""
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
+                    liveness=Liveness(TTL, GRACE, monotonic=FakeMonotonic()))
+    tick(a)
+    grant(a, 2 * MiB)  # a's claim: [0, 16) MiB
+    b = make_ledger([SHARED, emulated_spec(16 * MiB, "emu-b")], host_id="host-b",
+                    claim_slice=16 * MiB, liveness=Liveness(TTL, GRACE, monotonic=FakeMonotonic()))
+    tick(b)
+    held = [grant(b, 16 * MiB) for _ in range(3)]  # b: [16, 64) MiB
+    there = b.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                            ttl_s=600, device="emu-b")))
+    release(b, there.id)  # its claim on emu-b stays, idle
+    clock.advance(TTL + GRACE + 1)  # b is silent; a has not ticked since
+    assert grant(a, 16 * MiB).length == 16 * MiB
+    assert {lease_view(a, x.id).state for x in held} == {LeaseState.LOST}
+    released = a.read(lambda s, _now: reads.events(s, kind="claim.released"))
+    assert there.device_id in {e.device_id for e in released
+                               if e.details["reason"] == "host host-b lost"}
+    assert a.read(lambda s, _: s.query(Claim).filter_by(host_id="host-b", state="active")
+                  .count()) == 0
+    clean(a)
+
+
+def test_a_claim_a_lease_crosses_is_left_alone_and_the_others_are_still_trimmed(
+        make_ledger: LedgerFactory) -> None:
+    """A damaged ledger (a lease crossing its claim's edge: fsck reports it) does not stop the
+    host that needs room from trimming the other claims on the device."""
+    a, b, c = hosts_on(make_ledger, 3)
+    grant(a, 4 * MiB)  # a's claim: [0, 16) MiB
+    release(b, grant(b, 2 * MiB).id)  # b's claim: [16, 32), idle
+    full = [grant(c, 16 * MiB) for _ in range(2)]  # c: [32, 64), full
+
+    def damage(tx: Tx) -> None:
+        claim = tx.session.query(Claim).filter_by(host_id=a.host_id).one()
+        claim.offset, claim.length = 2 * MiB, 14 * MiB
+    a.run(damage)  # a's lease [0, 4) now crosses its claim [2, 16)
+    taken = grant(c, 16 * MiB)  # only fits once b's idle claim is given back
+    assert (taken.offset, taken.length) == (16 * MiB, 16 * MiB)
+    released = c.read(lambda s, _: reads.events(s, kind="claim.released"))
+    assert [e.host for e in released] == [b.host_id]
+    assert c.read(fsck).violations != []  # a's claim, left as it was
+    assert {lease_view(c, x.id).state for x in full} == {LeaseState.ACTIVE}
