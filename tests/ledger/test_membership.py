@@ -121,6 +121,7 @@ def test_a_device_holding_leases_is_refused_naming_three_of_them(make_ledger: Le
     message = str(refused.value)
     named = message.split("lease(s) (", 1)[1].split(")", 1)[0].split(", ")
     assert message.startswith("emu0 holds 4 lease(s) (")
+    assert message.endswith("): drain it and let them end, or revoke them, then move it")
     assert len(named) == 3 and set(named) <= set(held)
     assert device_row(ledger, "emu0").pool == "default"
 
@@ -190,3 +191,22 @@ def test_a_rules_change_is_recorded_with_its_host_and_both_lists(make_ledger: Le
     assert latest.details["rules"] == [asdict(r) for r in second]
     assert latest.details["was"] == [asdict(r) for r in first]
     assert [e.details["rules"] for e in changes].count([asdict(r) for r in second]) == 1
+
+
+def test_other_hosts_claims_refuse_a_move_naming_them_all_and_what_to_do(
+        make_ledger: LedgerFactory) -> None:
+    shared = replace(emulated_spec(64 * MiB, name="shared0"), shared=True)
+    here = make_ledger([shared], host_id="host-a", claim_slice=16 * MiB)
+    kept_pool(here)
+    for host in ("host-c", "host-b"):
+        there = make_ledger([shared], host_id=host, claim_slice=16 * MiB)
+        lease = there.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                                    ttl_s=600)))
+        there.run(partial(leases.release, lease_id=lease.id, actor="t"))  # claim idle, kept
+    with pytest.raises(DeviceBusy) as refused:
+        move(here, device_row(here, "shared0").id)
+    assert str(refused.value) == (
+        "shared0: host(s) host-b, host-c hold claims on it; drain it and let their idle claims "
+        "go back, then move it")
+    assert device_row(here, "shared0").pool == "default"
+    assert here.read(lambda s, now: reads.events(s, kind="device.changed")) == []
