@@ -12,6 +12,7 @@ from api.auth import Authenticator
 from api.limits import BodyLimitMiddleware
 from api.metrics import EdgeMetricsMiddleware, Metrics
 from api.ratelimit import RateLimiter
+from api.reclaim import ReclaimFeed, WaitingGrants
 from api.routers import access, hosts, inventory, leases, ops, overview, pools, sessions
 from api.routers.devices import router as device_router
 from api.schemas import Health
@@ -26,13 +27,15 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                metrics: Metrics | None = None, probe_timeout_s: float = 5.0,
                auth: Authenticator | None = None,
                max_body_bytes: int = MAX_BODY_BYTES,
-               rate_limiter: RateLimiter | None = None) -> FastAPI:
+               rate_limiter: RateLimiter | None = None,
+               reclaim_grace_s: float = 5.0) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
     `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
     with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
     /readyz; `auth` resolves who asks (None: auth off, everyone is an admin); a request body
     over `max_body_bytes` is refused (413) before it is read; `rate_limiter` limits each
-    non-admin principal's requests (None: no limit)."""
+    non-admin principal's requests (None: no limit); `reclaim_grace_s` is how long a holder
+    asked to give an elastic lease back has before it is revoked."""
     app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.",
                   docs_url=None, redoc_url=None)  # /docs: api.docs, no CDN
@@ -44,6 +47,9 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.state.probe_timeout_s = probe_timeout_s
     app.state.auth = auth
     app.state.rate_limiter = rate_limiter
+    app.state.reclaim_feed = ReclaimFeed()
+    app.state.waiting_grants = WaitingGrants(ledger, app.state.reclaim_feed, metrics,
+                                             reclaim_grace_s)
     errors.install(app)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first

@@ -27,14 +27,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from poold.errors import LedgerUnavailable
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
+from poold.ledger.reclaims import RECLAIMER
 from poold.ledger.views import DeviceView, EventView, PoolView
 from poold.types import DeviceState, EventKind
 
 OPERATIONS = ("grant", "keepalive", "release", "revoke")
 # Why a lease was taken back from its holder without a release (see reclaim_reason).
-RECLAIM_REASONS = ("lost", "host_lost", "fenced", "expired")
+RECLAIM_REASONS = ("lost", "host_lost", "fenced", "expired", "elastic")
 # The events a reclaim is recorded by.
-RECLAIM_EVENTS = (EventKind.LEASE_LOST, EventKind.LEASE_EXPIRED)
+RECLAIM_EVENTS = (EventKind.LEASE_LOST, EventKind.LEASE_EXPIRED, EventKind.LEASE_REVOKED)
 # Grants and renewals take a group commit (about a millisecond) and up to a fsync under load.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0, 10.0)
@@ -69,7 +70,17 @@ class Metrics:
             "release, by reason: lost (their device vanished or changed), host_lost (held by a "
             "host silent past host_ttl + grace), fenced (this host's own, after it lost the "
             "ledger for host_ttl), expired (past expires_at, taken by a grant short of room "
-            "before a reaper finalised them)", ["reason"], registry=r)
+            "before a reaper finalised them), elastic (elastic leases asked back for a waiting "
+            "grant and not given back by the deadline)", ["reason"], registry=r)
+        self.reclaim_asked_bytes = Counter(
+            "poold_reclaim_asked_bytes", "Bytes of elastic leases this host asked their holders "
+            "to give back, for grants waiting for room", registry=r)
+        self.reclaim_given_bytes = Counter(
+            "poold_reclaim_given_bytes", "Bytes of elastic leases asked back that their holders "
+            "released (DELETE /v1/leases/{id}) before the deadline", registry=r)
+        self.grant_wait = Histogram(
+            "poold_grant_wait_seconds", "How long grants that found no room waited (wait_s) "
+            "before they were placed or refused", buckets=LATENCY_BUCKETS, registry=r)
         self.ledger_errors = Counter(
             "poold_ledger_errors", "LedgerUnavailable seen, by where: api, reaper, rescan, "
             "probe, metrics", ["source"], registry=r)
@@ -124,6 +135,9 @@ def reclaim_reason(event: EventView, host_id: str) -> str | None:
         return "fenced" if event.host == host_id else "host_lost"
     if event.kind == EventKind.LEASE_EXPIRED and event.details.get("expired_by") == host_id:
         return "expired"
+    if event.kind == EventKind.LEASE_REVOKED and event.actor == RECLAIMER and \
+            event.host == host_id:
+        return "elastic"
     return None
 
 

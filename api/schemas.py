@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from poold.types import LEASE_ID_PATTERN, MAX_BYTES, TEXT_PATTERN, LeaseState, Role, SessionState
 
@@ -38,6 +38,16 @@ class LeaseRequest(BaseModel):
         pattern=LEASE_ID_PATTERN,
         description="Grant it in this session (POST /v1/sessions): it lives as long as the "
                     "session, and the session's keepalive renews it; leave ttl_s out.")] = None
+    elastic: StrictBool = Field(
+        default=False,
+        description="A cache its holder gives back on request: while it is held, a grant "
+                    "that finds no room asks holders of elastic leases in the pool, coldest "
+                    "first, to release them, and revokes those not released by the deadline.")
+    wait_s: Annotated[float, Field(
+        ge=0, le=60, strict=True,
+        description="Seconds this grant may wait for room (elastic leases given back, others "
+                    "ending) when the pool has none; waiting grants are answered in order of "
+                    "arrival. 0, the default: refused at once (507 NoCapacity).")] = 0
 
 
 class SessionRequest(BaseModel):
@@ -49,9 +59,18 @@ class SessionRequest(BaseModel):
         description="Whose session; admins and host agents only, as for leases.")] = None
 
 
+class ReclaimAsk(BaseModel):
+    """An elastic lease the daemon asked its holder to give back (a grant waits for room)."""
+
+    lease: str
+    length: int
+    by: datetime = Field(description="Released by then, or revoked.")
+
+
 class ClientSession(BaseModel):
     """A client session: leases granted in it live as long as it does; `leases` are its live
-    leases (after a keepalive: the ones it renewed)."""
+    leases (after a keepalive: the ones it renewed); `reclaim`, those of its elastic leases the
+    daemon asked back."""
 
     id: str
     host: str
@@ -63,6 +82,18 @@ class ClientSession(BaseModel):
     state: SessionState
     labels: dict[str, str]
     leases: list[str]
+    reclaim: list[ReclaimAsk] = Field(default_factory=list)
+
+
+class SessionKeepalive(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    idle_s: Annotated[
+        dict[Annotated[str, Field(pattern=LEASE_ID_PATTERN)],
+             Annotated[float, Field(ge=0, le=10 * 365 * 86_400)]],
+        Field(max_length=4096, description="Seconds since the holder last used each of the "
+              "session's leases: the coldest elastic leases are asked back first.")] = \
+        Field(default_factory=dict)
 
 
 class KeepaliveRequest(BaseModel):
@@ -103,6 +134,10 @@ class Lease(BaseModel):
     map_offset: int = Field(description="Where the lease's bytes start in map_path.")
     session_id: str | None = Field(default=None,
                                    description="The session it was granted in, if any.")
+    elastic: bool = Field(default=False, description="Given back by its holder on request.")
+    reclaim_by: datetime | None = Field(
+        default=None, description="Set when the daemon asked its holder to give it back: "
+                                  "it is revoked past this instant.")
 
 
 class GrantedLease(Lease):

@@ -197,6 +197,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds between reaper passes; an expired lease is finalised within one.",
     )
+    reclaim_grace_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="Seconds a holder asked to give an elastic lease back (a grant is waiting "
+        "for room) has before the lease is revoked. Long enough for a KV store to drop its "
+        "blocks and release (milliseconds) on a loaded host, short enough that a waiting grant "
+        "(wait_s, at most 60 s) is not refused for a holder that ignores the ask.",
+    )
     unscrubbed_pools: list[str] = Field(
         default_factory=list,
         description="Pools whose released extents are granted again without being zeroed first. "

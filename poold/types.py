@@ -140,6 +140,7 @@ class EventKind(StrEnum):
     LEASE_REVOKED = "lease.revoked"
     LEASE_LOST = "lease.lost"
     LEASE_SCRUBBED = "lease.scrubbed"
+    LEASE_RECLAIM_ASKED = "lease.reclaim_asked"
     CLAIM_CREATED = "claim.created"
     CLAIM_RELEASED = "claim.released"
     DEVICE_ADDED = "device.added"

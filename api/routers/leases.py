@@ -22,6 +22,8 @@ from api.auth import PrincipalDep, acting_tenant, admin_of, principal_of, tenant
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
 from api.lease_backing import MADE_IN_A_THREAD, MADE_INLINE, LeaseBacking, backing_of, located
+from api.metrics import Metrics
+from api.reclaim import WaitingGrants
 from api.schemas import GrantedLease, KeepaliveRequest, Lease, LeaseRequest
 from poold.errors import PooldError, UnknownLease
 from poold.ledger import leases, reads
@@ -62,11 +64,11 @@ def known(lease_id: str) -> str:
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=GrantedLease)
 async def grant_lease(body: LeaseRequest, request: Request) -> Response:
     principal = principal_of(request)
-    fields_ = body.model_dump()
+    fields_ = body.model_dump(exclude={"wait_s"})
     fields_["tenant"] = acting_tenant(principal, body.tenant, "lease")
     grant = leases.GrantRequest(actor=principal.actor, **fields_)
-    view: LeaseView = await asyncio.wrap_future(
-        ledger_of(request).submit(partial(leases.grant, request=grant)))
+    waiting: WaitingGrants = request.app.state.waiting_grants
+    view = await waiting.grant(grant, body.wait_s)
     backing = backing_of(request)
     if backing is not None and view.state is LeaseState.ACTIVE:  # not a replay of an ended one
         await _make(request, backing, view)
@@ -130,9 +132,21 @@ async def keepalive(lease_id: LeaseId, request: Request,
 @router.delete("/{lease_id}", response_model=Lease)
 async def release_lease(lease_id: LeaseId, request: Request) -> Response:
     """Idempotent: a lease that already ended is returned as it ended."""
-    return await _write(request, partial(leases.release, lease_id=known(lease_id),
-                                         actor=actor_of(request),
-                                         tenant_only=tenant_only_of(request)))
+    command = partial(_release, lease_id=known(lease_id), actor=actor_of(request),
+                      tenant_only=tenant_only_of(request))
+    view, given = await asyncio.wrap_future(ledger_of(request).submit(command))
+    if given:
+        metrics: Metrics = request.app.state.metrics
+        metrics.reclaim_given_bytes.inc(view.length)
+    return _json(_ONE.dump_json(located(backing_of(request), view)))
+
+
+def _release(tx: Tx, lease_id: str, actor: str, tenant_only: str | None
+             ) -> tuple[LeaseView, bool]:
+    """The release, and whether it gave back, just now, an elastic lease the daemon asked for
+    (what `poold_reclaim_given_bytes_total` counts)."""
+    view = leases.release(tx, lease_id, actor, tenant_only)
+    return view, view.reclaim_by is not None and view.ended_at == tx.now
 
 
 @router.post("/{lease_id}/revoke", response_model=Lease)

@@ -9,6 +9,7 @@ tenant sees and touches its own sessions only: another tenant's is unknown to it
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import fields
 from functools import partial
@@ -20,10 +21,12 @@ from pydantic import TypeAdapter
 from api.auth import PrincipalDep, acting_tenant, admin_of, principal_of, tenant_only_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
-from api.schemas import ClientSession, SessionRequest
-from poold.errors import UnknownSession
+from api.reclaim import ReclaimFeed
+from api.schemas import ClientSession, ReclaimAsk, SessionKeepalive, SessionRequest
+from poold.errors import SessionNotActive, UnknownSession
 from poold.ledger import reads, sessions
 from poold.ledger.tx import Tx
+from poold.ledger.views import ReclaimAsk as ReclaimAskView
 from poold.ledger.views import SessionView
 from poold.types import TEXT_PATTERN, Role, SessionState, is_lease_id
 
@@ -35,6 +38,7 @@ if [f.name for f in fields(SessionView)] != list(ClientSession.model_fields):
     raise RuntimeError("api.schemas.ClientSession and SessionView name different fields")
 _ONE = TypeAdapter(SessionView)
 _MANY = TypeAdapter(list[SessionView])
+_ASKS = TypeAdapter(list[ReclaimAskView])
 
 
 def _json(view: SessionView, status_code: int = status.HTTP_200_OK) -> Response:
@@ -90,11 +94,34 @@ def get_session(session_id: SessionId, ledger: LedgerDep, request: Request) -> R
 
 
 @router.post("/{session_id}/keepalive", response_model=ClientSession)
-async def keepalive(session_id: SessionId, request: Request) -> Response:
-    """Renew the session and every lease in it; `leases` in the answer are those it renewed."""
+async def keepalive(session_id: SessionId, request: Request,
+                    body: SessionKeepalive | None = None) -> Response:
+    """Renew the session and every lease in it; `leases` in the answer are those it renewed,
+    `reclaim` those the daemon asked back."""
     return await _write(request, partial(sessions.keepalive, session_id=_known(session_id),
                                          actor=actor_of(request),
-                                         tenant_only=tenant_only_of(request)))
+                                         tenant_only=tenant_only_of(request),
+                                         idle_s=body.idle_s if body is not None else None))
+
+
+@router.get("/{session_id}/reclaims", response_model=list[ReclaimAsk])
+async def reclaims(session_id: SessionId, ledger: LedgerDep, request: Request,
+                   wait_s: Annotated[float, Query(ge=0, le=60)] = 0) -> Response:
+    """The session's elastic leases the daemon asked back; with `wait_s`, a long poll: answered
+    as soon as there is one (at once when this daemon asks), else empty after `wait_s`. What a
+    holder listens on to give back within milliseconds rather than at its next keepalive."""
+    only, session_id = tenant_only_of(request), _known(session_id)
+    feed: ReclaimFeed = request.app.state.reclaim_feed
+    deadline = time.monotonic() + wait_s
+    while True:
+        view = await asyncio.to_thread(ledger.read, lambda s, now: reads.client_session(
+            s, session_id, now, tenant_only=only))
+        if view.state is not SessionState.ACTIVE:
+            raise SessionNotActive(f"session {session_id} is {view.state}")
+        left = deadline - time.monotonic()
+        if view.reclaim or left <= 0:
+            return Response(content=_ASKS.dump_json(view.reclaim), media_type="application/json")
+        await feed.wait(left)
 
 
 @router.delete("/{session_id}", response_model=ClientSession)

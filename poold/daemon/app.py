@@ -170,7 +170,8 @@ class Daemon:
                                        lease_key=self.lease_key, metrics=self.metrics,
                                        probe_timeout_s=settings.probe_timeout_s,
                                        auth=self.auth, max_body_bytes=settings.max_body_bytes,
-                                       rate_limiter=_rate_limiter(settings))
+                                       rate_limiter=_rate_limiter(settings),
+                                       reclaim_grace_s=settings.reclaim_grace_s)
         self.app.state.lease_backing = self.backing
         self.app.state.seed_policies = self.seed_policies
         self.app.state.config_rules = self.config_rules

@@ -1,5 +1,6 @@
-"""The ledger side of one reaper tick: this host's heartbeat, expired leases finalised, lost hosts
-reclaimed, idle claims given back, and a fence lifted once the ledger answers again.
+"""The ledger side of one reaper tick: this host's heartbeat, expired leases finalised, elastic
+leases kept past the deadline of an ask revoked, lost hosts reclaimed, idle claims given back,
+and a fence lifted once the ledger answers again.
 
 `Daemon.tick` runs it every reap_interval_s and adds metrics and logs; the ledger tests run the
 very same function on in-process ledgers, so what they prove is what the daemon does. It leaves
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from poold.ledger import leases, registry, sessions, sharing
+from poold.ledger import leases, reclaims, registry, sessions, sharing
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 
@@ -37,6 +38,7 @@ def tick(ledger: Ledger, host_name: str, claim_idle_s: float) -> int:
         sharing.resync_space(tx)
         reaped = leases.reap(tx)
         sessions.reap(tx)
+        reclaims.revoke_overdue(tx)
         sharing.reclaim_lost_hosts(tx)
         sharing.release_idle_claims(tx, claim_idle_s)
         return reaped

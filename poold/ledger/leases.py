@@ -84,13 +84,16 @@ class GrantRequest:
     device: str | None = None
     numa_node: int | None = None
     session_id: str | None = None
+    elastic: bool = False
 
     def digest(self) -> str:
         """What must match for an idempotency key to be replayed rather than refused."""
-        body = [self.size, self.pool, self.ttl_s, sorted(self.labels.items()), self.tenant,
-                self.device, self.numa_node]
+        body: list[object] = [self.size, self.pool, self.ttl_s, sorted(self.labels.items()),
+                              self.tenant, self.device, self.numa_node]
         if self.session_id is not None:  # as before for plain leases: their keys still match
             body.append(self.session_id)
+        if self.elastic:
+            body.append("elastic")
         return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
 
@@ -107,7 +110,7 @@ def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
 
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     _check_text(request)
-    pool = _pool(tx, request.pool)
+    pool = pool_named(tx, request.pool)
     if not pool.admits(request.tenant):
         raise TenantNotAllowed(f"tenant {request.tenant!r} may not lease from pool "
                                f"{pool.name!r}")
@@ -150,12 +153,13 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         expires_at=expires_at or tx.now + timedelta(seconds=ttl_s), ended_at=None,
         state=LeaseState.ACTIVE.value, labels=dict(request.labels),
         idempotency_key=request.idempotency_key, request_digest=digest,
-        session_id=request.session_id,
+        session_id=request.session_id, elastic=request.elastic,
     )
     q.leases.insert_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
              lease_id=lease.id, offset=extent.offset, length=extent.length,
-             generation=lease.generation, ttl_s=ttl_s, requested=request.size)
+             generation=lease.generation, ttl_s=ttl_s, requested=request.size,
+             **({"elastic": True} if request.elastic else {}))
     return LeaseView.build(lease, device, pool.name, tx.now)
 
 
@@ -410,7 +414,8 @@ def _within(quota: Quota, usage: tuple[int, int], length: int, who: str, which: 
                             f"of {max_bytes}")
 
 
-def _pool(tx: Tx, name: str | None) -> PoolRecord:
+def pool_named(tx: Tx, name: str | None) -> PoolRecord:
+    """The live pool of that name (the host's default pool when None), else UnknownPool."""
     name = name or tx.default_pool
     pool = tx.catalog.pool(name)
     if pool is None:  # perhaps created by another host since the snapshot

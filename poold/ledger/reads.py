@@ -235,8 +235,10 @@ def sessions(session: Session, now: datetime, *, tenant: str | None = None,
     """Newest first, each with the ids of its live leases."""
     found = q.sessions.list_sessions(session, tenant=tenant, host_id=host, state=state, now=now,
                                      limit=limit)
-    live = q.sessions.live_lease_ids(session, [s.id for s in found], now)
-    return [SessionView.build(_session_record(s), live[s.id], now) for s in found]
+    ids = [s.id for s in found]
+    live, asked = q.sessions.live_lease_ids(session, ids, now), q.reclaims.asks_by_session(session,
+                                                                                          ids)
+    return [SessionView.build(_session_record(s), live[s.id], now, asked[s.id]) for s in found]
 
 
 def client_session(session: Session, session_id: str, now: datetime, *,
@@ -248,7 +250,8 @@ def client_session(session: Session, session_id: str, now: datetime, *,
     if found is None or (tenant_only is not None and found.tenant != tenant_only):
         raise UnknownSession(f"no session {session_id!r}")
     live = q.sessions.live_lease_ids(session, [found.id], now)
-    return SessionView.build(_session_record(found), live[found.id], now)
+    asked = q.reclaims.asks_by_session(session, [found.id])
+    return SessionView.build(_session_record(found), live[found.id], now, asked[found.id])
 
 
 def _session_record(row: ClientSession) -> SessionRecord:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from poold.errors import HostFenced, InvalidRequest, QuotaExceeded, UnknownSession
-from poold.ledger import leases
+from poold.ledger import leases, reclaims
 from poold.ledger import queries as q
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView, SessionRecord, SessionView
@@ -63,13 +63,18 @@ def open_session(tx: Tx, request: OpenRequest) -> SessionView:
     return SessionView.build(record, [], tx.now)
 
 
-def keepalive(tx: Tx, session_id: str, actor: str,
-              tenant_only: str | None = None) -> SessionView:
+def keepalive(tx: Tx, session_id: str, actor: str, tenant_only: str | None = None,
+              idle_s: dict[str, float] | None = None) -> SessionView:
     """Renew the session and every lease in it; the answer names the leases still live, so a
-    holder learns in one round trip which of its leases ended (revoked, lost)."""
+    holder learns in one round trip which of its leases ended (revoked, lost), and those the
+    daemon asked back. `idle_s`: the holder's word on how long each lease went unused (the
+    coldest elastic leases are asked back first)."""
     session = _session(tx, session_id, tenant_only)
     expires_at, renewed = leases.renew_session(tx, session, actor)
-    return SessionView.build(replace(session, expires_at=expires_at), renewed, tx.now)
+    if idle_s:
+        reclaims.report_use(tx, session.id, idle_s)
+    return SessionView.build(replace(session, expires_at=expires_at), renewed, tx.now,
+                             q.reclaims.asked_in_session(tx.conn, session.id))
 
 
 def close(tx: Tx, session_id: str, actor: str, tenant_only: str | None = None) -> SessionView:

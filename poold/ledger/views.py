@@ -42,6 +42,8 @@ class LeaseView:
     map_path: str | None = None
     map_offset: int = 0
     session_id: str | None = None  # granted under this client session
+    elastic: bool = False  # a cache its holder gives back when asked
+    reclaim_by: datetime | None = None  # asked to: it is revoked past this instant
 
     @classmethod
     def build(cls, lease: Lease | LeaseRecord, device: Device | DeviceRecord, pool_name: str,
@@ -71,6 +73,8 @@ class LeaseView:
             map_path=device.chardev if device.kind == DeviceKind.DEVDAX else None,
             map_offset=lease.offset if device.kind == DeviceKind.DEVDAX else 0,
             session_id=lease.session_id,
+            elastic=lease.elastic,
+            reclaim_by=lease.reclaim_by,
         )
 
 
@@ -147,6 +151,9 @@ class LeaseRecord:
     ended_as: str | None = None
     scrubbed_bytes: int = 0
     session_id: str | None = None
+    elastic: bool = False
+    used_at: datetime | None = None
+    reclaim_by: datetime | None = None
 
     def values(self) -> dict[str, Any]:
         """Column name -> value, for an INSERT."""
@@ -178,6 +185,15 @@ SESSION_COLUMNS = tuple(f.name for f in fields(SessionRecord))
 
 
 @dataclass(frozen=True, slots=True)
+class ReclaimAsk:
+    """A lease of the session that the daemon asked back: release it by `by`, or it is revoked."""
+
+    lease: str
+    length: int
+    by: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class SessionView:
     """A client session as the API shows it: `leases` are the ids of its live leases (what a
     keepalive renewed), so a holder learns in one answer which of its leases ended."""
@@ -192,9 +208,11 @@ class SessionView:
     state: SessionState
     labels: dict[str, str]
     leases: list[str]
+    reclaim: list[ReclaimAsk] = field(default_factory=list)
 
     @classmethod
-    def build(cls, session: SessionRecord, leases: list[str], now: datetime) -> SessionView:
+    def build(cls, session: SessionRecord, leases: list[str], now: datetime,
+              reclaim: list[ReclaimAsk] | None = None) -> SessionView:
         state = SessionState(session.state)
         if state is SessionState.ACTIVE and session.expires_at <= now:
             state = SessionState.EXPIRED  # as for leases: computed on read, before the reaper
@@ -202,7 +220,8 @@ class SessionView:
                    ttl_s=session.ttl_s, opened_at=session.opened_at,
                    expires_at=session.expires_at, ended_at=session.ended_at, state=state,
                    labels=dict(session.labels),
-                   leases=leases if state is SessionState.ACTIVE else [])
+                   leases=leases if state is SessionState.ACTIVE else [],
+                   reclaim=(reclaim or []) if state is SessionState.ACTIVE else [])
 
 
 @dataclass(frozen=True, slots=True)

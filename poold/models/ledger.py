@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, text
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, false, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from poold.models.base import Base, UTCDateTime
@@ -120,6 +120,7 @@ class Lease(Base):
         Index("ix_leases_host_id_ended_at", "host_id", "ended_at"),
         Index("ix_leases_tenant_state", "tenant", "state"),
         Index("ix_leases_session_id", "session_id"),
+        Index("ix_leases_pool_id_elastic_state", "pool_id", "elastic", "state"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -144,6 +145,11 @@ class Lease(Base):
     scrubbed_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Granted under a client session: it expires with the session and is renewed with it.
     session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id"), nullable=True)
+    # A cache its holder gives back on request: asked at `reclaim_by` - the grace, revoked past
+    # it; the coldest (`used_at`, reported by the holder, else its grant) are asked first.
+    elastic: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    reclaim_by: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Event(Base):

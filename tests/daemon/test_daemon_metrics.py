@@ -97,7 +97,8 @@ def test_rescan_counts_leases_lost_with_their_device(daemon: Daemon) -> None:
     daemon.settings = daemon.settings.model_copy(update={"emulate_size": None})  # emu0 is gone
     daemon.rescan()
     daemon.rescan()
-    assert reclaims(daemon) == {"lost": 2, "host_lost": 0, "fenced": 0, "expired": 0}
+    assert reclaims(daemon) == {"lost": 2, "host_lost": 0, "fenced": 0, "expired": 0,
+                                "elastic": 0}
     assert sample(daemon, "poold_rescans_total", trigger="manual", outcome="ok") == 3
 
 
@@ -122,7 +123,8 @@ def test_leases_of_a_lost_host_count_on_the_host_that_adopts_them(
     clock.advance(a.settings.host_ttl_s + a.settings.host_grace_s + 1)  # a went silent
     b.tick()
     assert [state(b, lease) for lease in held] == ended(b, LeaseState.LOST) * 2
-    assert reclaims(b) == {"lost": 0, "host_lost": 2, "fenced": 0, "expired": 0}
+    assert reclaims(b) == {"lost": 0, "host_lost": 2, "fenced": 0, "expired": 0,
+                           "elastic": 0}
     assert reclaims(a) == dict.fromkeys(RECLAIM_REASONS, 0)  # counted once, by the adopter
     b.tick()
     assert reclaims(b)["host_lost"] == 2
@@ -142,7 +144,8 @@ def test_expired_leases_a_grant_takes_back_count_as_expired(
         assert ended(b, LeaseState.EXPIRED) == [LeaseState.SCRUBBING]
     b.tick()
     assert [state(b, lease) for lease in held] == ended(b, LeaseState.EXPIRED) * 2
-    assert reclaims(b) == {"lost": 0, "host_lost": 0, "fenced": 0, "expired": 2}
+    assert reclaims(b) == {"lost": 0, "host_lost": 0, "fenced": 0, "expired": 2,
+                           "elastic": 0}
     assert a.tick() == 0
     assert reclaims(a)["expired"] == 0 and sample(a, "poold_lease_expiries_total") == 0
 
@@ -161,7 +164,8 @@ def test_a_fenced_hosts_own_leases_count_as_fenced(
         assert daemon.ledger.liveness is not None and daemon.ledger.liveness.fenced
         daemon.tick()
         assert [state(daemon, lease) for lease in held] == ended(daemon, LeaseState.LOST) * 2
-        assert reclaims(daemon) == {"lost": 0, "host_lost": 0, "fenced": 2, "expired": 0}
+        assert reclaims(daemon) == {"lost": 0, "host_lost": 0, "fenced": 2, "expired": 0,
+                                    "elastic": 0}
     finally:
         daemon.close()
 

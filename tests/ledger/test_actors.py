@@ -27,12 +27,13 @@ from tests.timing import patience, until
 
 ALICE = "tenant:alice"
 ADMIN = "admin"  # stands for the daemon's admin credential, `admin:admin@<host name>`
-SYSTEM = {"daemon", "reaper", "inventory", "allocator", "scrubber"}
+SYSTEM = {"daemon", "reaper", "inventory", "allocator", "scrubber", "reclaimer"}
 PRINCIPAL = re.compile(r"(admin|tenant|agent):[^\s:]+")
 # kind -> the actors that may write it, in this scenario.
 EXPECTED: dict[str, set[str]] = {
     "lease.granted": {ALICE}, "lease.renewed": {ALICE}, "lease.released": {ALICE},
-    "lease.revoked": {ADMIN}, "lease.expired": {"reaper"}, "lease.lost": {"inventory", "reaper"},
+    "lease.revoked": {ADMIN, "reclaimer"}, "lease.expired": {"reaper"},
+    "lease.reclaim_asked": {ALICE}, "lease.lost": {"inventory", "reaper"},
     "lease.scrubbed": {"scrubber"},
     "claim.created": {"allocator"}, "claim.released": {"allocator", "reaper", ADMIN},
     "claim.adopted": {"reaper"},
@@ -88,7 +89,8 @@ def test_every_event_names_its_actor(tmp_path: Path, ledger_url: str,
     # Host a: an emulated device in the default pool (scrubbed on release) and the recorded
     # hmem region's dax devices in pool "dax" (not scrubbed: the fake tree has no /dev/dax*).
     with host(tmp_path / "a", ledger_url, "host-a", sysfs_root=kernel.root,
-              device_pools={"dax*": "dax"}, unscrubbed_pools=["dax"]) as (daemon, url):
+              device_pools={"dax*": "dax"}, unscrubbed_pools=["dax"],
+              reclaim_grace_s=1.0) as (daemon, url):
         ops = daemon.app.state.device_admin
         assert isinstance(ops, DeviceOps)
         ops.dax = DaxControl(kernel)  # writes answered as the kernel would
@@ -130,6 +132,7 @@ def scenario(admin: Api, url: str, daemon: Daemon, kernel: FakeKernel, tmp_path:
         pools_of_admin(admin)
         leases_of_alice(alice, admin)
         sessions_of_alice(alice, admin)
+        reclaims_of_alice(alice, admin)
         devices_of_admin(admin, alice, daemon, kernel)
         # Host b: alice leases there, b stops; a adopts what b held once b is silent past
         # host_ttl, and zeroes it; b comes back.
@@ -188,6 +191,15 @@ def sessions_of_alice(alice: Api, admin: Api) -> None:
     until("the reaper expires a session",
           lambda: bool(admin.events(kind="session.expired")), patience(1))
     assert admin("GET", f"/v1/sessions/{expiring}")["state"] == "expired"
+
+
+def reclaims_of_alice(alice: Api, admin: Api) -> None:
+    """Alice's elastic lease fills the default pool; her own grant that waits for room asks for
+    it; nobody gives it back, so the reclaimer revokes it past the 1 s grace."""
+    elastic = alice("POST", "/v1/leases", {"size": 64 * MiB, "ttl_s": 600, "elastic": True})
+    waited = alice("POST", "/v1/leases", {"size": 8 * MiB, "ttl_s": 60, "wait_s": 30})
+    assert alice("GET", f"/v1/leases/{elastic['id']}")["state"] in ("revoked", "scrubbing")
+    alice("DELETE", f"/v1/leases/{waited['id']}")
 
 
 def devices_of_admin(admin: Api, alice: Api, daemon: Daemon, kernel: FakeKernel) -> None:

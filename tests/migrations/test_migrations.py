@@ -190,10 +190,8 @@ def test_0008_keeps_pools_and_devices_as_they_were(ledger_url: str) -> None:
     assert not {"pool_rules", "pool_quotas"} & tables(ledger_url)
 
 
-def test_0009_adds_sessions_and_keeps_leases_and_their_overlap_guards(ledger_url: str) -> None:
-    """A lease written before 0009 is a plain lease after it (no session), and neither the
-    upgrade nor the downgrade rebuilds `leases` (on SQLite that would drop its triggers)."""
-    db.upgrade(ledger_url, "0008")
+def write_one_lease(ledger_url: str) -> None:
+    """A host, a pool, a device, a claim and an active lease, as the schema of 0008 has them."""
     with connect(ledger_url) as conn, conn.begin():
         now = "2026-12-01 00:00:00+00:00"
         conn.execute(text("INSERT INTO hosts (id, name, state, registered_at, last_seen_at) "
@@ -213,6 +211,13 @@ def test_0009_adds_sessions_and_keeps_leases_and_their_overlap_guards(ledger_url
             "generation, ttl_s, granted_at, expires_at, state, labels) VALUES "
             "('" + "a" * 32 + "', 1, 1, 1, 'h', 0, 2097152, 1, 60, :t, :t, 'active', '{}')"),
             {"t": now})
+
+
+def test_0009_adds_sessions_and_keeps_leases_and_their_overlap_guards(ledger_url: str) -> None:
+    """A lease written before 0009 is a plain lease after it (no session), and neither the
+    upgrade nor the downgrade rebuilds `leases` (on SQLite that would drop its triggers)."""
+    db.upgrade(ledger_url, "0008")
+    write_one_lease(ledger_url)
     db.upgrade(ledger_url)
     assert overlap_guards(ledger_url) == expected_guards(ledger_url)
     with connect(ledger_url) as conn:
@@ -222,3 +227,21 @@ def test_0009_adds_sessions_and_keeps_leases_and_their_overlap_guards(ledger_url
     assert overlap_guards(ledger_url) == expected_guards(ledger_url)
     with connect(ledger_url) as conn:
         assert conn.execute(text("SELECT count(*) FROM leases")).scalar_one() == 1
+
+
+def test_0010_leaves_older_leases_plain_and_keeps_the_overlap_guards(ledger_url: str) -> None:
+    """A lease written before 0010 is not elastic, never used, never asked back after it; the
+    columns come and go without rebuilding `leases`."""
+    db.upgrade(ledger_url, "0008")
+    write_one_lease(ledger_url)
+    db.upgrade(ledger_url)
+    assert overlap_guards(ledger_url) == expected_guards(ledger_url)
+    with connect(ledger_url) as conn:
+        row = conn.execute(text("SELECT elastic, used_at, reclaim_by FROM leases")).one()
+        assert (bool(row[0]), row[1], row[2]) == (False, None, None)
+    db.downgrade(ledger_url, "0009")
+    assert overlap_guards(ledger_url) == expected_guards(ledger_url)
+    with connect(ledger_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM leases")).scalar_one() == 1
+        columns = conn.execute(text("SELECT * FROM leases")).keys()
+        assert not {"elastic", "used_at", "reclaim_by"} & set(columns)

@@ -22,10 +22,11 @@ from poold.ledger.queries import (
     hosts,
     leases,
     pools,
+    reclaims,
     scrubs,
     sessions,
     tenants,
 )
 
-__all__ = ["claims", "counters", "devices", "events", "hosts", "leases", "pools", "scrubs",
-           "sessions", "tenants"]
+__all__ = ["claims", "counters", "devices", "events", "hosts", "leases", "pools", "reclaims",
+           "scrubs", "sessions", "tenants"]

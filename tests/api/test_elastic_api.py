@@ -1,0 +1,172 @@
+"""Elastic leases and grants that wait for room, on a real daemon with tokens (both databases):
+a full pool asks the holders of elastic leases, coldest first, on their session's feed; what
+they give back goes to the waiting grants in order of arrival; what they keep past the deadline
+is revoked; another tenant reads nothing of it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from poold.types import MiB
+from tests.api.admin_served import Served
+from tests.daemon_fixtures import serving_daemon
+from tests.timing import patience, until
+
+GRACE_S = 1.0
+SIZE = 32 * MiB  # four of them fill the 128 MiB pool
+
+
+@pytest.fixture
+def served(tmp_path: Path, ledger_url: str) -> Iterator[Served]:
+    with serving_daemon(tmp_path, auth="token", database_url=ledger_url,
+                        emulate_size=128 * MiB, unscrubbed_pools=["default"],
+                        reclaim_grace_s=GRACE_S) as (daemon, url):
+        s = Served(daemon, url, tmp_path)
+        try:
+            yield s
+        finally:
+            s.admin.close()
+
+
+class Background:
+    """A request sent from a thread of its own; its answer once it came."""
+
+    def __init__(self, client: httpx.Client, method: str, path: str, **kwargs: Any) -> None:
+        self.answer: httpx.Response | None = None
+        self._thread = threading.Thread(target=self._send, args=(client, method, path),
+                                        kwargs=kwargs, daemon=True)
+        self._thread.start()
+
+    def _send(self, client: httpx.Client, method: str, path: str, **kwargs: Any) -> None:
+        self.answer = client.request(method, path, **kwargs)
+
+    def result(self, timeout_s: float) -> httpx.Response:
+        self._thread.join(timeout_s)
+        assert self.answer is not None, "no answer in time"
+        return self.answer
+
+
+def metric(served: Served, name: str) -> float:
+    """A sample of the daemon's /metrics without labels, by name."""
+    for line in served.admin.get("/metrics").text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def fill_with_elastic(client: httpx.Client, count: int = 4) -> tuple[str, list[str]]:
+    session = client.post("/v1/sessions", json={"ttl_s": 60}).json()["id"]
+    leases = []
+    for _ in range(count):
+        granted = client.post("/v1/leases", json={"size": SIZE, "session_id": session,
+                                                   "elastic": True})
+        assert granted.status_code == 201 and granted.json()["elastic"], granted.text
+        leases.append(granted.json()["id"])
+    return session, leases
+
+
+def test_a_waiting_grant_gets_what_an_elastic_holder_gives_back(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    session, held = fill_with_elastic(alice)
+    # Alice says which lease she used least recently: that one is asked first.
+    alice.post(f"/v1/sessions/{session}/keepalive",
+               json={"idle_s": {held[0]: 1.0, held[1]: 90.0, held[2]: 5.0, held[3]: 0.0}})
+    feed = Background(alice, "GET", f"/v1/sessions/{session}/reclaims",
+                      params={"wait_s": 30})
+    waiting = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    asks = feed.result(patience(GRACE_S)).json()
+    assert [a["lease"] for a in asks] == [held[1]] and asks[0]["length"] == SIZE
+    assert alice.get(f"/v1/leases/{held[1]}").json()["reclaim_by"] == asks[0]["by"]
+    assert alice.get(f"/v1/sessions/{session}").json()["reclaim"] == asks
+    released = alice.delete(f"/v1/leases/{held[1]}")
+    assert released.status_code == 200
+    granted = waiting.result(patience(GRACE_S))
+    assert granted.status_code == 201, granted.text
+    lease = granted.json()
+    assert (lease["tenant"], lease["length"], lease["elastic"]) == ("bob", SIZE, False)
+    # Nothing else of alice's was asked or taken; her given-back lease ended as released.
+    assert alice.get(f"/v1/leases/{held[1]}").json()["state"] == "released"
+    others = [alice.get(f"/v1/leases/{x}").json() for x in held if x != held[1]]
+    assert {(x["state"], x["reclaim_by"]) for x in others} == {("active", None)}
+    assert alice.post(f"/v1/sessions/{session}/keepalive").json()["reclaim"] == []
+    assert metric(served, "poold_reclaim_asked_bytes_total") == SIZE
+    assert metric(served, "poold_reclaim_given_bytes_total") == SIZE
+    alice.delete(f"/v1/leases/{held[1]}")  # released again: counted once
+    assert metric(served, "poold_reclaim_given_bytes_total") == SIZE
+    assert metric(served, "poold_grant_wait_seconds_count") == 1
+
+
+def test_without_wait_a_full_pool_refuses_at_once_and_asks_nothing(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    fill_with_elastic(alice)
+    served.refused(507, "NoCapacity", "POST", "/v1/leases", bob, json={"size": SIZE})
+    assert served.admin.get("/v1/events", params={"kind": "lease.reclaim_asked"}).json() == []
+
+
+def test_a_grant_waits_in_vain_when_nothing_comes_back(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    for _ in range(4):  # plain leases: nobody is asked
+        assert alice.post("/v1/leases", json={"size": SIZE, "ttl_s": 600}).status_code == 201
+    refused = bob.post("/v1/leases", json={"size": SIZE, "wait_s": 0.5})
+    assert (refused.status_code, refused.json()["error"]) == (507, "NoCapacity"), refused.text
+    assert "within 0.5 s of waiting" in refused.json()["detail"]
+
+
+def test_what_a_holder_keeps_past_the_deadline_is_revoked(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    session, _held = fill_with_elastic(alice)
+    granted = bob.post("/v1/leases", json={"size": SIZE, "wait_s": 30})  # alice never answers
+    assert granted.status_code == 201, granted.text
+    asked = served.admin.get("/v1/events", params={"kind": "lease.reclaim_asked"}).json()
+    (taken,) = [e["lease_id"] for e in asked]
+    revoked = served.admin.get("/v1/events", params={"kind": "lease.revoked"}).json()
+    assert [(e["lease_id"], e["actor"]) for e in revoked] == [(taken, "reclaimer")]
+    assert alice.get(f"/v1/leases/{taken}").json()["state"] == "revoked"
+    # Alice's keepalive no longer renews it: her SDK marks it lost.
+    assert taken not in alice.post(f"/v1/sessions/{session}/keepalive").json()["leases"]
+    until("the reclaim is counted", lambda: 'poold_lease_reclaims_total{reason="elastic"} 1.0'
+          in served.admin.get("/metrics").text, patience(1.0))
+    assert metric(served, "poold_reclaim_given_bytes_total") == 0  # taken, not given
+
+
+def test_waiting_grants_are_answered_in_order_of_arrival(served: Served) -> None:
+    alice, bob, carol = (served.tenant(name) for name in ("alice", "bob", "carol"))
+    for _ in range(4):
+        assert alice.post("/v1/leases", json={"size": SIZE, "ttl_s": 600}).status_code == 201
+    plain = [x["id"] for x in alice.get("/v1/leases").json()]
+    grants = served.daemon.app.state.waiting_grants
+    first = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    until("bob waits", lambda: grants.waiting() == 1, patience(0))
+    second = Background(carol, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    until("carol waits behind him", lambda: grants.waiting() == 2, patience(0))
+    alice.delete(f"/v1/leases/{plain[0]}")
+    answered = first.result(patience(0))
+    assert answered.status_code == 201 and answered.json()["tenant"] == "bob"
+    assert second.answer is None and grants.waiting() == 1
+    alice.delete(f"/v1/leases/{plain[1]}")
+    answered = second.result(patience(0))
+    assert answered.status_code == 201 and answered.json()["tenant"] == "carol"
+
+
+def test_another_tenant_reads_nothing_of_a_sessions_reclaims(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    session, _held = fill_with_elastic(alice, count=1)
+    served.refused(404, "UnknownSession", "GET", f"/v1/sessions/{session}/reclaims", bob)
+    served.refused(404, "UnknownSession", "POST", f"/v1/sessions/{session}/keepalive", bob,
+                   json={"idle_s": {_held[0]: 0.0}})
+    assert alice.get(f"/v1/sessions/{session}/reclaims").json() == []
+    alice.delete(f"/v1/sessions/{session}")
+    served.refused(409, "SessionNotActive", "GET", f"/v1/sessions/{session}/reclaims", alice)
+
+
+def test_wait_s_and_elastic_are_checked(served: Served) -> None:
+    alice = served.tenant("alice")
+    for body in ({"size": SIZE, "wait_s": -1}, {"size": SIZE, "wait_s": 61},
+                 {"size": SIZE, "wait_s": "5"}, {"size": SIZE, "elastic": "yes"}):
+        served.refused(422, "ValidationError", "POST", "/v1/leases", alice, json=body)
