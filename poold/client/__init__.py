@@ -8,6 +8,7 @@ Imports only the wire schemas, types and errors (enforced by import-linter).
 """
 
 from api.schemas import Lease as LeaseInfo
+from api.schemas import ReclaimAsk
 from poold.client.http import PooldClient
 from poold.client.lease import Lease
 from poold.client.mapping import Mapping
@@ -23,6 +24,7 @@ __all__ = [
     "MisalignedExtent",
     "PooldClient",
     "PooldError",
+    "ReclaimAsk",
     "Session",
     "TransportError",
 ]

@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 
-from api.schemas import ClientSession, Device, Event, GrantedLease, Pool
+from api.schemas import ClientSession, Device, Event, GrantedLease, Pool, ReclaimAsk
 from api.schemas import Lease as LeaseInfo
 from poold import errors
 from poold.client.lease import Lease
-from poold.client.session import Session
+from poold.client.session import IdleReport, ReclaimHandler, Session
 from poold.client.wire import error_from_wire
 
 DEFAULT_URL = "http://127.0.0.1:7077"
@@ -36,6 +36,7 @@ class PooldClient:
             transport = httpx.HTTPTransport(uds=uds)
             url = "http://poold"
         self.fd_socket = fd_socket
+        self._timeout_s = timeout_s
         token = token if token is not None else os.environ.get("POOLD_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         trust = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
@@ -61,28 +62,47 @@ class PooldClient:
 
     def grant(self, size: int, *, ttl_s: int | None = None, pool: str | None = None,
               labels: dict[str, str] | None = None, idempotency_key: str | None = None,
-              session_id: str | None = None) -> GrantedLease:
+              session_id: str | None = None, elastic: bool = False, wait_s: float = 0
+              ) -> GrantedLease:
+        """`elastic`: a cache the holder gives back when asked (see Session); `wait_s`: how
+        long the grant may wait for room when the pool is full (0: NoCapacity at once)."""
         body: dict[str, Any] = {"size": size, "labels": labels or {}}
         for key, value in (("ttl_s", ttl_s), ("pool", pool), ("idempotency_key", idempotency_key),
                            ("session_id", session_id)):
             if value is not None:
                 body[key] = value
-        return GrantedLease.model_validate(self._call("POST", "/v1/leases", json=body))
+        if elastic:
+            body["elastic"] = True
+        if wait_s:
+            body["wait_s"] = wait_s
+        return GrantedLease.model_validate(self._call("POST", "/v1/leases", json=body,
+                                                      timeout=self._timeout_s + wait_s))
 
     def session(self, *, ttl_s: int = 30, labels: dict[str, str] | None = None,
-                keepalive: bool = True) -> Session:
+                keepalive: bool = True, on_reclaim: ReclaimHandler | None = None,
+                idle_s: IdleReport | None = None) -> Session:
         """Open a session now: leases granted with `session.lease(...)` share its one
-        keepalive; use it as a context manager to close it, releasing them all."""
-        return Session(self, self.open_session(ttl_s=ttl_s, labels=labels), keepalive=keepalive)
+        keepalive; use it as a context manager to close it, releasing them all. `on_reclaim`
+        and `idle_s`: for elastic leases (see poold.client.session)."""
+        return Session(self, self.open_session(ttl_s=ttl_s, labels=labels), keepalive=keepalive,
+                       on_reclaim=on_reclaim, idle_s=idle_s)
 
     def open_session(self, *, ttl_s: int = 30, labels: dict[str, str] | None = None
                      ) -> ClientSession:
         body = {"ttl_s": ttl_s, "labels": labels or {}}
         return ClientSession.model_validate(self._call("POST", "/v1/sessions", json=body))
 
-    def keepalive_session(self, session_id: str) -> ClientSession:
+    def keepalive_session(self, session_id: str, idle_s: dict[str, float] | None = None
+                          ) -> ClientSession:
+        body = {"idle_s": idle_s} if idle_s else None
         return ClientSession.model_validate(
-            self._call("POST", f"/v1/sessions/{session_id}/keepalive"))
+            self._call("POST", f"/v1/sessions/{session_id}/keepalive", json=body))
+
+    def session_reclaims(self, session_id: str, wait_s: float = 0) -> list[ReclaimAsk]:
+        """The session's leases the daemon asked back; a long poll of up to `wait_s`."""
+        found = self._call("GET", f"/v1/sessions/{session_id}/reclaims",
+                           params={"wait_s": wait_s}, timeout=self._timeout_s + wait_s)
+        return [ReclaimAsk.model_validate(x) for x in found]
 
     def close_session(self, session_id: str) -> ClientSession:
         return ClientSession.model_validate(self._call("DELETE", f"/v1/sessions/{session_id}"))

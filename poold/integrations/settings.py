@@ -5,8 +5,11 @@ the leases are mapped from descriptors the daemon passes, no device permission n
 defaults to $POOLD_TOKEN. Sizes in bytes: `budget_bytes` is the most the tier leases, in leases
 of `lease_bytes`, cut into blocks of `block_bytes` (an object takes whole blocks). `ttl_s` is
 each lease's TTL (renewed every third of it); `idle_release_s`, how long an empty lease is kept
-before it is given back. Engines pass these as a dict (LMCache's `adapter_params`, its
-`extra_config`, a vLLM tier's kwargs): a key this does not know is refused by name.
+before it is given back. `elastic`: the tier's leases are a cache the daemon may ask back for
+another engine's grant (the asked lease's objects become misses); `grow_wait_s`: how long the
+tier's own growth may wait for such room in a full pool before it evicts its own objects.
+Engines pass these as a dict (LMCache's `adapter_params`, its `extra_config`, a vLLM tier's
+kwargs): a key this does not know is refused by name.
 """
 
 from __future__ import annotations
@@ -34,14 +37,23 @@ class TierSettings:
     block_bytes: int = MiB // 4
     ttl_s: int = 30
     idle_release_s: float = 30.0
+    elastic: bool = False
+    grow_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("budget_bytes", "lease_bytes", "block_bytes", "ttl_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive whole number, not {value!r}")
-        if not isinstance(self.idle_release_s, int | float) or self.idle_release_s < 0:
-            raise ValueError(f"idle_release_s must be seconds, not {self.idle_release_s!r}")
+        for name in ("idle_release_s", "grow_wait_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be seconds, not {value!r}")
+        if self.grow_wait_s > 60:
+            raise ValueError(f"grow_wait_s is at most 60 (the daemon's longest wait), not "
+                             f"{self.grow_wait_s!r}")
+        if not isinstance(self.elastic, bool):
+            raise ValueError(f"elastic must be true or false, not {self.elastic!r}")
         if self.lease_bytes > self.budget_bytes:
             raise ValueError(f"lease_bytes ({self.lease_bytes}) is more than budget_bytes "
                              f"({self.budget_bytes})")
@@ -81,7 +93,8 @@ class TierSettings:
             kv = KVStore(client, block_size=self.block_bytes, budget_bytes=self.budget_bytes,
                          lease_bytes=self.lease_bytes, ttl_s=self.ttl_s,
                          idle_release_s=float(self.idle_release_s), pool=self.pool,
-                         labels=labels)
+                         labels=labels, elastic=self.elastic,
+                         grow_wait_s=float(self.grow_wait_s))
         except BaseException:
             client.close()
             raise

@@ -162,6 +162,10 @@ class LRUK(Generic[K]):
             self._push(key, entry)  # its last reference may be old: the heap places it
         return True
 
+    def last_reference(self, key: K) -> float:
+        """When the key was last referenced (clock time)."""
+        return self._entries[key][-1]
+
     def pins(self, key: K) -> int:
         entry = self._entries.get(key)
         return int(entry[PINS]) if entry is not None else 0

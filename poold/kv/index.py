@@ -123,6 +123,39 @@ class BlockIndex:
             self._forget(key)
         return len(keys)
 
+    def last_used(self) -> dict[LeaseSlab, float]:
+        """Slab -> when a block in it was last referenced (a scan: called once a keepalive)."""
+        last: dict[LeaseSlab, float] = {}
+        for key, where in self._where.items():
+            at = self._policy.last_reference(key)
+            if at > last.get(where.slab, float("-inf")):
+                last[where.slab] = at
+        return last
+
+    def is_pinned(self, key: bytes) -> bool:
+        """Pinned by a caller or held by a live session."""
+        return self._policy.pins(key) > 0
+
+    def move(self, key: bytes, slab: LeaseSlab, slot: int) -> None:
+        """Re-point a block its bytes were copied to another slot (compaction): its history,
+        pins and session holds stay; the old slot is the caller's (it goes with its lease)."""
+        old = self._where[key]
+        self._where[key] = _new_tuple(Location, (slab, slot, slot * self.block_size,
+                                                 old.priority))
+
+    def evict_one_off(self, slab: LeaseSlab) -> bool:
+        """Evict the coldest unpinned block that is not on `slab` (making room elsewhere for
+        what a lease being given back keeps); False when there is none."""
+        victim = next((k for k in self._policy.order() if self._where[k].slab is not slab), None)
+        if victim is None:
+            return False
+        where = self._where[victim]
+        self._forget(victim)
+        where.slab.free(where.slot, self._clock())
+        self.counts["evictions"] += 1
+        self.evicted_by[where.priority] += 1
+        return True
+
     def pin(self, keys: Iterable[bytes]) -> int:
         pinned = 0
         for key in keys:

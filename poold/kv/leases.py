@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from poold import errors
-from poold.client import Lease, Mapping, PooldClient, Session
+from poold.client import Lease, Mapping, PooldClient, ReclaimAsk, Session
 from poold.kv.slab import Slab
 
 if TYPE_CHECKING:
@@ -102,8 +102,17 @@ class LeaseSet:
     def __init__(self, client: PooldClient, *, block_size: int, lease_bytes: int,
                  budget_bytes: int, ttl_s: int, idle_release_s: float,
                  labels: dict[str, str] | None = None, pool: str | None = None,
-                 grow_backoff_s: float = 1.0,
+                 grow_backoff_s: float = 1.0, elastic: bool = False,
+                 on_reclaim: Callable[[list[str]], None] | None = None,
+                 grow_wait_s: float = 0.0,
+                 idle_s: Callable[[], dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """`elastic`: the leases are a cache the daemon may ask back; `on_reclaim(lease_ids)`
+        is then called (from the session's reclaim thread) to drop and release them.
+        `grow_wait_s`: how long a grant may wait for room in a full pool (others' elastic
+        leases asked back) before the store evicts its own blocks instead. `idle_s()`: seconds
+        since each lease was last used, told to the daemon at each keepalive (the coldest are
+        asked back first); by default how long each has sat empty."""
         if lease_bytes < block_size:
             raise ValueError("lease_bytes must hold at least one block")
         if budget_bytes < lease_bytes:
@@ -116,8 +125,13 @@ class LeaseSet:
         self._clock = clock
         self._no_grow_until = float("-inf")
         self._session: Session | None = None
+        self._elastic, self._on_reclaim, self._grow_wait_s = elastic, on_reclaim, grow_wait_s
+        self._idle_report = idle_s or self._idle_s
+        if elastic and on_reclaim is None:
+            raise ValueError("elastic leases need on_reclaim to give them back")
         self.slabs: list[LeaseSlab] = []
         self.granted = self.released = self.lost = self.grow_failures = self.budget_refusals = 0
+        self.reclaimed = 0
 
     @property
     def leased_bytes(self) -> int:
@@ -192,8 +206,32 @@ class LeaseSet:
             if self._session is not None:
                 self._session.close()
             self._session = None
-            self._session = self._client.session(ttl_s=self.ttl_s, labels=self._labels)
-        return self._session.lease(self.lease_bytes, pool=self._pool, labels=self._labels)
+            self._session = self._client.session(
+                ttl_s=self.ttl_s, labels=self._labels, idle_s=self._idle_report,
+                on_reclaim=self._reclaimed if self._elastic else None)
+        return self._session.lease(self.lease_bytes, pool=self._pool, labels=self._labels,
+                                   elastic=self._elastic, wait_s=self._grow_wait_s)
+
+    def _reclaimed(self, asks: list[ReclaimAsk]) -> None:
+        assert self._on_reclaim is not None
+        self._on_reclaim([ask.lease for ask in asks])
+
+    def _idle_s(self) -> dict[str, float]:
+        """Seconds each lease has sat empty (0 while it holds blocks), for the daemon to ask
+        back the coldest first. Read from the keepalive thread without the store's lock: a
+        stale value only reorders whom the daemon asks."""
+        now = self._clock()
+        return {s.id: 0.0 if s.idle_since is None else now - s.idle_since
+                for s in list(self.slabs)}
+
+    def take(self, lease_ids: list[str]) -> list[LeaseSlab]:
+        """Remove and return the slabs of these leases (asked back by the daemon)."""
+        wanted = set(lease_ids)
+        taken = [s for s in self.slabs if s.id in wanted]
+        if taken:
+            self.slabs = [s for s in self.slabs if s.id not in wanted]
+            self.reclaimed += len(taken)
+        return taken
 
     def close(self) -> None:
         """Close the session, which releases whatever lease is still in it."""

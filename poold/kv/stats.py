@@ -45,6 +45,7 @@ class KVStats:
     evictions: int = 0
     evictions_by_priority: dict[str, int] = field(default_factory=dict)
     lost: int = 0  # blocks dropped with a lost lease
+    reclaimed: int = 0  # blocks dropped with a lease the daemon asked back (elastic)
     discarded: int = 0
     blocks_used: int = 0
     blocks_capacity: int = 0
@@ -54,6 +55,7 @@ class KVStats:
     leases_granted: int = 0
     leases_released: int = 0
     leases_lost: int = 0
+    leases_reclaimed: int = 0  # elastic leases given back because the daemon asked
     grow_failures: int = 0  # the daemon refused a lease (no capacity, unreachable)
     budget_refusals: int = 0  # growth refused because budget_bytes was reached
     leased_bytes: int = 0

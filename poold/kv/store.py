@@ -58,7 +58,13 @@ class KVStore:
                  session_ttl_s: float = 60.0, idle_release_s: float = 30.0,
                  correlated_s: float = 0.0, labels: dict[str, str] | None = None,
                  pool: str | None = None, maintenance_period_s: float = 0.5,
+                 elastic: bool = False, grow_wait_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """`elastic`: lease as a cache the daemon may ask back for a grant waiting for room;
+        the store then drops those leases' blocks (misses from then on) and releases them at
+        once, the coldest leases (empty longest) being the ones the daemon asks first.
+        `grow_wait_s`: how long growing may wait for such room (holding the store's lock)
+        before the store evicts its own blocks instead; 0: it evicts at once."""
         self.block_size = block_size
         self.session_ttl_s = session_ttl_s
         self._lock = threading.RLock()
@@ -67,10 +73,20 @@ class KVStore:
                           priorities=priorities or DEFAULT_PRIORITIES,
                           idle_release_s=idle_release_s, correlated_s=correlated_s,
                           labels={"poold.kv": "block-store", **(labels or {})}, pool=pool,
-                          maintenance_period_s=maintenance_period_s, clock=clock)
+                          maintenance_period_s=maintenance_period_s, elastic=elastic,
+                          on_reclaim=self._give_back, grow_wait_s=grow_wait_s,
+                          idle_s=self._idle_report, clock=clock)
         self._index = self._tier.index
         self._closed = False
         self._worker = Worker("poold-kv-worker", self.maintain, maintenance_period_s)
+
+    def _give_back(self, lease_ids: list[str]) -> None:
+        with self._lock:
+            self._tier.give_back(lease_ids)
+
+    def _idle_report(self) -> dict[str, float]:
+        with self._lock:
+            return self._tier.idle_report()
 
     def __enter__(self) -> KVStore:
         return self

@@ -33,6 +33,9 @@ class Tier:
                  lease_bytes: int, ttl_s: int, priorities: Mapping[str, int],
                  idle_release_s: float, correlated_s: float, labels: dict[str, str],
                  pool: str | None, maintenance_period_s: float = 0.5,
+                 elastic: bool = False, on_reclaim: Callable[[list[str]], None] | None = None,
+                 grow_wait_s: float = 0.0,
+                 idle_s: Callable[[], dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.block_size = block_size
         self._clock = clock
@@ -41,7 +44,8 @@ class Tier:
         self.leases = LeaseSet(client, block_size=block_size, lease_bytes=lease_bytes,
                                budget_bytes=budget_bytes, ttl_s=ttl_s,
                                idle_release_s=idle_release_s, labels=labels, pool=pool,
-                               clock=clock)
+                               elastic=elastic, on_reclaim=on_reclaim,
+                               grow_wait_s=grow_wait_s, idle_s=idle_s, clock=clock)
         self.index = BlockIndex(priorities, block_size, correlated_s=correlated_s,
                                 clock=clock)
         self.inflight: set[bytes] = set()  # reserved by a put that is still copying
@@ -176,6 +180,51 @@ class Tier:
             log.warning("kv.lease_lost lease=%s blocks=%d reason=%s", slab.id, blocks, reason)
             slab.close(f"lost: {reason}")
 
+    def idle_report(self) -> dict[str, float]:
+        """Seconds since each lease's blocks were last referenced (since it went empty, for an
+        empty one): what the store tells the daemon, so its coldest leases are asked first."""
+        now, last = self._clock(), self.index.last_used()
+        return {slab.id: now - last[slab] if slab in last
+                else now - (slab.idle_since if slab.idle_since is not None else now)
+                for slab in self.leases.slabs}
+
+    def give_back(self, lease_ids: list[str]) -> None:
+        """The daemon asked for these (elastic) leases: keep what is worth keeping in the other
+        leases (compaction), drop the rest of their blocks and release them at once."""
+        for slab in self.leases.take(lease_ids):
+            kept = self._move_out(slab)
+            dropped = self.index.drop_slab(slab)
+            self.index.counts["reclaimed"] += dropped
+            log.info("kv.lease_reclaimed lease=%s kept=%d dropped=%d", slab.id, kept, dropped)
+            slab.close("asked back by the daemon")
+
+    def _move_out(self, slab: LeaseSlab) -> int:
+        """Copy blocks of a lease being given back into the store's other leases: pinned and
+        session-held ones first, evicting the coldest blocks elsewhere to make room for them,
+        then the hottest of the rest into slots that are free anyway. Returns how many."""
+        index = self.index
+        on = [key for key, where in index.locations.items() if where.slab is slab]
+        if not on or not slab.usable:
+            return 0
+        pinned = [key for key in on if index.is_pinned(key)]
+        rest = set(on).difference(pinned)
+        hottest = [key for key in reversed(index.order()) if key in rest]
+        source, size, moved = slab.buffer(), self.block_size, 0
+        for key in pinned + hottest:
+            got = self.leases.alloc()
+            if got is None and key not in rest and index.evict_one_off(slab):
+                got = self.leases.alloc()
+            if got is None:
+                if key in rest:
+                    break  # no free slot left: the rest is dropped
+                continue
+            target, slot = got
+            at = index.locations[key].offset
+            target.buffer()[slot * size:(slot + 1) * size] = source[at:at + size]
+            index.move(key, target, slot)
+            moved += 1
+        return moved
+
     def close(self) -> None:
         for slab in self.leases.take_all():
             slab.close("store closed")
@@ -195,10 +244,12 @@ class Tier:
             hits=c["hits"], misses=c["misses"], stored=c["stored"],
             already_present=c["already_present"], rejected=c["rejected"],
             evictions=c["evictions"], evictions_by_priority=dict(self.index.evicted_by),
-            lost=c["lost"], discarded=c["discarded"], blocks_used=len(self.index),
+            lost=c["lost"], reclaimed=c["reclaimed"], discarded=c["discarded"],
+            blocks_used=len(self.index),
             blocks_capacity=leases.capacity_blocks, pinned=self.index.pinned,
             sessions=self.index.sessions, leases=len(leases.slabs),
             leases_granted=leases.granted, leases_released=leases.released,
-            leases_lost=leases.lost, grow_failures=leases.grow_failures,
+            leases_lost=leases.lost, leases_reclaimed=leases.reclaimed,
+            grow_failures=leases.grow_failures,
             budget_refusals=leases.budget_refusals, leased_bytes=leases.leased_bytes,
             budget_bytes=leases.budget_bytes)

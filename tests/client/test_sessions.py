@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import poold.client
 from poold import errors
 from poold.client import PooldClient, Session
 from poold.types import MiB
@@ -169,3 +170,40 @@ def test_a_lease_granted_during_a_keepalive_is_not_taken_for_lost(url: str) -> N
         until("the next renewal", lambda: keepalives(client, "session.renewed") > start,
               patience(ttl))
         late.check()
+
+
+def test_an_elastic_lease_needs_someone_to_give_it_back(client: PooldClient) -> None:
+    with client.session() as session, pytest.raises(errors.ClientError, match="on_reclaim"):
+        session.lease(2 * MiB, elastic=True)
+    assert client.leases(state="active") == []
+
+
+def test_on_reclaim_hears_the_coldest_lease_asked_and_giving_it_back_makes_room(
+        url: str) -> None:
+    asked: list[list[str]] = []
+    leases: dict[str, poold.client.Lease] = {}
+
+    def give_back(asks: list[poold.client.ReclaimAsk]) -> None:
+        asked.append([ask.lease for ask in asks])
+        for ask in asks:
+            leases[ask.lease].release()
+
+    idle: dict[str, float] = {}
+    ttl = 2
+    with PooldClient(url) as holder, PooldClient(url) as other, \
+            holder.session(ttl_s=ttl, on_reclaim=give_back, idle_s=lambda: idle) as session:
+        for _ in range(4):  # the whole 64 MiB device
+            lease = session.lease(16 * MiB, elastic=True)
+            leases[lease.id] = lease
+        coldest = list(leases)[2]
+        idle.update({lease_id: 0.0 for lease_id in leases} | {coldest: 120.0})
+        start = keepalives(holder, "session.renewed")
+        until("the holder reported its use",
+              lambda: keepalives(holder, "session.renewed") > start, patience(ttl))
+        granted = other.grant(16 * MiB, wait_s=30)
+        assert asked == [[coldest]]
+        assert granted.length == 16 * MiB
+        assert holder.get_lease(coldest).state == "released"
+        assert not any(lease.lost for lease in session.leases)
+        assert len(session.leases) == 3
+        other.release(granted.id)

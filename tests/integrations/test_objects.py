@@ -138,3 +138,27 @@ def test_part_keys_name_the_object_its_size_and_the_part() -> None:
     assert part_keys(b"k", 1, BLOCK) != part_keys(b"k", 2, BLOCK)
     assert set(a).isdisjoint(part_keys(b"k2", 3 * BLOCK, BLOCK))
     assert len(part_keys(b"k", 0, BLOCK)) == 1
+
+
+def test_an_object_whose_lease_is_asked_back_is_a_miss_whole(client: PooldClient) -> None:
+    """An elastic tier (TierSettings elastic) whose lease the daemon asks back for another
+    engine's grant: the objects with a part in it are misses and reported gone, the others
+    come back byte for byte."""
+    elastic = ObjectStore(KVStore(client, block_size=BLOCK, budget_bytes=64 * MiB,
+                                  lease_bytes=16 * MiB, idle_release_s=3600, elastic=True))
+    data = [payload(3 * BLOCK, seed) for seed in range(256 * 4 // 3)]  # the whole 64 MiB
+    keys = [b"o%d" % i for i in range(len(data))]
+    try:
+        assert set(elastic.put_many(keys, data)) == {Put.STORED}
+        granted = client.grant(16 * MiB, wait_s=30)  # another engine, the pool full
+        present = elastic.sizes(keys)
+        missing = [k for k, size in zip(keys, present, strict=True) if size is None]
+        assert 0 < len(missing) < len(keys)
+        assert {k for k, _ in elastic.gone()} == set(missing)
+        for key, value in zip(keys, data, strict=True):
+            if key not in missing:
+                out = memoryview(bytearray(len(value)))
+                assert elastic.get_many_into([key], [out]) == [True] and out == value
+        client.release(granted.id)
+    finally:
+        elastic.close()

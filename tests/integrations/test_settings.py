@@ -30,6 +30,9 @@ def test_defaults_and_what_an_operator_sets() -> None:
     ({"budget_bytes": 64 * MiB, "ttl_s": -1}, "ttl_s must be a positive whole number"),
     ({"budget_bytes": 64 * MiB, "idle_release_s": -1}, "idle_release_s must be seconds"),
     ({"budget_bytes": 64 * MiB, "idle_release_s": "soon"}, "idle_release_s must be seconds"),
+    ({"budget_bytes": 64 * MiB, "grow_wait_s": -1}, "grow_wait_s must be seconds"),
+    ({"budget_bytes": 64 * MiB, "grow_wait_s": 61}, "grow_wait_s is at most 60"),
+    ({"budget_bytes": 64 * MiB, "elastic": "yes"}, "elastic must be true or false"),
     ({"budget_bytes": 64 * MiB, "pool": 3}, "pool must be a string"),
     ({"budget_bytes": 64 * MiB, "url": "http://x", "uds": "/s"}, "url or uds, not both"),
 ])
