@@ -37,7 +37,7 @@ function leaseCell(l, key) {
     case "offset": return h("td", { class: "num" }, fmtBytes(l.offset));
     case "length": return h("td", { class: "num" }, fmtBytes(l.length));
     case "generation": return h("td", { class: "num" }, String(l.generation));
-    case "state": return h("td", { class: "lease-state" }, stateBadge(l.state));
+    case "state": return h("td", { class: "lease-state" }, stateBadge(l.state), elasticTags(l));
     case "labels": return h("td", { class: "wrap" },
       Object.entries(l.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)));
     case "granted_at": return h("td", { title: fmtTime(l.granted_at) }, ago(l.granted_at));
@@ -47,6 +47,17 @@ function leaseCell(l, key) {
       : null);
     default: return h("td", {}, l[key] ?? "—");
   }
+}
+
+// An elastic lease (a cache its holder gives back on request) is tagged; one the daemon asked
+// back, for a grant waiting for room, says by when it must be given back or be revoked.
+export function elasticTags(l) {
+  if (!l.elastic) return null;
+  if (l.reclaim_by && l.state === "active") {
+    return h("span", { class: "tag reclaiming", title: `asked back: revoked at ${fmtTime(l.reclaim_by)} unless given back` },
+      `give back by ${fmtTime(l.reclaim_by)}`);
+  }
+  return h("span", { class: "tag elastic", title: "a cache its holder gives back when a grant waits for room" }, "elastic");
 }
 
 async function revoke(lease) {

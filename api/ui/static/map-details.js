@@ -1,6 +1,6 @@
 // The memory map's lease details: the lines of a lease's tooltip and the selected lease's panel.
 import { h } from "./dom.js";
-import { fmtBytes, fmtDuration, fmtExpiry, labelsText, secondsSince } from "./format.js";
+import { fmtBytes, fmtDuration, fmtExpiry, fmtTime, labelsText, secondsSince } from "./format.js";
 import { hostName } from "./hostnames.js";
 import { stateBadge } from "./widgets.js";
 
@@ -9,6 +9,8 @@ export function leaseLines(l) {
     `size ${fmtBytes(l.length)} at offset ${fmtBytes(l.offset)}`,
     `age ${fmtDuration(secondsSince(l.granted_at))}, expires ${fmtExpiry(l)}`,
     `generation ${l.generation}`, labelsText(l.labels) ? `labels ${labelsText(l.labels)}` : null,
+    l.elastic ? (l.reclaim_by ? `elastic: asked back, revoked at ${fmtTime(l.reclaim_by)} unless given back`
+      : "elastic: given back when a grant waits for room") : null,
   ].filter(Boolean);
 }
 
@@ -26,5 +28,6 @@ export function drawDetails(st) {
     row("state", stateBadge(l.state)), row("size", fmtBytes(l.length)),
     row("offset", `${fmtBytes(l.offset)} (${l.offset})`), row("generation", String(l.generation)),
     row("age", fmtDuration(secondsSince(l.granted_at))), row("expires", fmtExpiry(l)),
-    row("ttl", `${l.ttl_s} s`), row("labels", labelsText(l.labels) || "—")));
+    row("ttl", `${l.ttl_s} s`), row("labels", labelsText(l.labels) || "—"),
+    row("elastic", !l.elastic ? "no" : l.reclaim_by ? `asked back: give back by ${fmtTime(l.reclaim_by)}` : "yes")));
 }

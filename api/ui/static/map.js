@@ -77,7 +77,8 @@ function drawMap(st, { device, claims, leases }) {
   }));
   const leaseLane = h("div", { class: "lane leases" }, leases.map((l) => {
     const el = h("div", {
-      class: `extent lease${st.selected === l.id ? " selected" : ""}`, "data-lease": l.id,
+      class: `extent lease${st.selected === l.id ? " selected" : ""}${l.elastic ? " elastic" : ""}`
+        + `${l.reclaim_by ? " reclaiming" : ""}`, "data-lease": l.id,
       tabindex: 0,
       onmousemove: (e) => showTooltip(e, leaseLines(l)),
       onmouseleave: hideTooltip,
