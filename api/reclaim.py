@@ -62,9 +62,8 @@ class WaitingGrants:
         self._waiting: defaultdict[str, int] = defaultdict(int)
 
     def waiting(self, pool: str | None = None) -> int:
-        """How many grants wait for room in `pool` (as the grants named it: None, the default
-        pool unnamed) now."""
-        return self._waiting[pool or ""]
+        """How many grants wait for room in `pool` (None: the default pool) now."""
+        return self._waiting[pool or self._ledger.default_pool]
 
     async def grant(self, request: leases.GrantRequest, wait_s: float) -> LeaseView:
         """Grant now, or, the pool being full, wait up to `wait_s` for room as described.
@@ -75,8 +74,9 @@ class WaitingGrants:
             if wait_s <= 0:
                 raise
         started = time.monotonic()
-        turn = self._turns[request.pool or ""]
-        self._waiting[request.pool or ""] += 1
+        pool = request.pool or self._ledger.default_pool  # one queue, named or not
+        turn = self._turns[pool]
+        self._waiting[pool] += 1
         try:
             try:  # asyncio.Lock hands itself to its waiters in the order they came
                 await asyncio.wait_for(turn.acquire(), wait_s)
@@ -87,7 +87,7 @@ class WaitingGrants:
             finally:
                 turn.release()
         finally:
-            self._waiting[request.pool or ""] -= 1
+            self._waiting[pool] -= 1
             self._metrics.grant_wait.observe(time.monotonic() - started)
 
     async def _in_turn(self, request: leases.GrantRequest, deadline: float,
@@ -122,7 +122,8 @@ def _grant_or_ask(tx: Tx, request: leases.GrantRequest,
     try:
         return leases.grant(tx, request)
     except NoCapacity:
-        return reclaims.ask(tx, request.pool, request.size, request.actor, grace_s)
+        return reclaims.ask(tx, request.pool, request.size, request.actor, grace_s,
+                            request.session_id)
 
 
 def _waited_in_vain(request: leases.GrantRequest, wait_s: float) -> NoCapacity:

@@ -8,6 +8,12 @@ It owns no keys: the store drops the blocks of a lost slab from its index.
 Its leases share one client session (poold.client.Session), opened with the first lease and
 closed with the set: one keepalive a period renews them all, however many the budget holds.
 
+Elastic leases: the session's reclaim thread queues the ids the daemon asks back (`asked`) and
+nudges the store, which gives them back under its lock (`take_asked`), at once if the lock is
+free, else at its next call. A growth that waits for room does so in short steps, handing back
+between two steps what the daemon asked of this store meanwhile: two stores growing at once,
+each asked for the other's lease, would otherwise hold their locks against each other.
+
 Not thread-safe by itself: the store calls it under its lock. The one field another thread
 changes is `Lease.lost_reason`, flipped by the lease's keepalive thread at any instant, so `usable`
 reads it afresh every time and nothing caches it.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,6 +36,9 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+# A growth that may wait for room asks the daemon to wait this long at a time, at most.
+GROW_STEP_S = 0.2
 
 
 class LeaseSlab:
@@ -103,16 +113,18 @@ class LeaseSet:
                  budget_bytes: int, ttl_s: int, idle_release_s: float,
                  labels: dict[str, str] | None = None, pool: str | None = None,
                  grow_backoff_s: float = 1.0, elastic: bool = False,
-                 on_reclaim: Callable[[list[str]], None] | None = None,
+                 on_reclaim: Callable[[], None] | None = None,
+                 between_tries: Callable[[], None] | None = None,
                  grow_wait_s: float = 0.0,
                  idle_s: Callable[[], dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`elastic`: the leases are a cache the daemon may ask back; `on_reclaim(lease_ids)`
-        is then called (from the session's reclaim thread) to drop and release them.
+        """`elastic`: the leases are a cache the daemon may ask back; `on_reclaim()` is then
+        called (from the session's reclaim thread) once their ids are in `asked`.
         `grow_wait_s`: how long a grant may wait for room in a full pool (others' elastic
-        leases asked back) before the store evicts its own blocks instead. `idle_s()`: seconds
-        since each lease was last used, told to the daemon at each keepalive (the coldest are
-        asked back first); by default how long each has sat empty."""
+        leases asked back) before the store evicts its own blocks instead; `between_tries()`
+        runs between two steps of that wait (the store gives back what it was asked).
+        `idle_s()`: seconds since each lease was last used, told to the daemon at each
+        keepalive (the coldest are asked back first); by default how long each sat empty."""
         if lease_bytes < block_size:
             raise ValueError("lease_bytes must hold at least one block")
         if budget_bytes < lease_bytes:
@@ -126,7 +138,9 @@ class LeaseSet:
         self._no_grow_until = float("-inf")
         self._session: Session | None = None
         self._elastic, self._on_reclaim, self._grow_wait_s = elastic, on_reclaim, grow_wait_s
+        self._between_tries = between_tries
         self._idle_report = idle_s or self._idle_s
+        self.asked: deque[str] = deque()  # lease ids the daemon asked back, not handled yet
         if elastic and on_reclaim is None:
             raise ValueError("elastic leases need on_reclaim to give them back")
         self.slabs: list[LeaseSlab] = []
@@ -201,7 +215,8 @@ class LeaseSet:
         return slab
 
     def _lease_more(self) -> Lease:
-        """A lease of lease_bytes in the set's session (a new one if the last was lost)."""
+        """A lease of lease_bytes in the set's session (a new one if the last was lost),
+        waiting up to grow_wait_s for room in steps of GROW_STEP_S."""
         if self._session is None or self._session.lost:
             if self._session is not None:
                 self._session.close()
@@ -209,12 +224,23 @@ class LeaseSet:
             self._session = self._client.session(
                 ttl_s=self.ttl_s, labels=self._labels, idle_s=self._idle_report,
                 on_reclaim=self._reclaimed if self._elastic else None)
-        return self._session.lease(self.lease_bytes, pool=self._pool, labels=self._labels,
-                                   elastic=self._elastic, wait_s=self._grow_wait_s)
+        deadline = time.monotonic() + self._grow_wait_s
+        while True:
+            step = min(GROW_STEP_S, max(0.0, deadline - time.monotonic()))
+            try:
+                return self._session.lease(self.lease_bytes, pool=self._pool,
+                                           labels=self._labels, elastic=self._elastic,
+                                           wait_s=step)
+            except errors.NoCapacity:
+                if step <= 0 or time.monotonic() >= deadline:
+                    raise
+                if self._between_tries is not None:
+                    self._between_tries()
 
     def _reclaimed(self, asks: list[ReclaimAsk]) -> None:
-        assert self._on_reclaim is not None
-        self._on_reclaim([ask.lease for ask in asks])
+        self.asked.extend(ask.lease for ask in asks)
+        if self._on_reclaim is not None:
+            self._on_reclaim()
 
     def _idle_s(self) -> dict[str, float]:
         """Seconds each lease has sat empty (0 while it holds blocks), for the daemon to ask
@@ -224,9 +250,12 @@ class LeaseSet:
         return {s.id: 0.0 if s.idle_since is None else now - s.idle_since
                 for s in list(self.slabs)}
 
-    def take(self, lease_ids: list[str]) -> list[LeaseSlab]:
-        """Remove and return the slabs of these leases (asked back by the daemon)."""
-        wanted = set(lease_ids)
+    def take_asked(self) -> list[LeaseSlab]:
+        """Remove and return the slabs of the leases the daemon asked back since the last call
+        (a lease no longer held is skipped: it went idle or lost meanwhile)."""
+        wanted = set()
+        while self.asked:
+            wanted.add(self.asked.popleft())
         taken = [s for s in self.slabs if s.id in wanted]
         if taken:
             self.slabs = [s for s in self.slabs if s.id not in wanted]

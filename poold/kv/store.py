@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
     from poold.kv.buffers import Blocks, BufferLike
 
+# How long the reclaim thread waits for the store's lock before leaving an ask to the call that
+# holds it.
+GIVE_BACK_WAIT_S = 0.01
 # Lower ranks are evicted first; a whole class goes before any block of a higher one.
 DEFAULT_PRIORITIES: dict[str, int] = {"vision": 0, "default": 1, "system": 2}
 
@@ -80,9 +83,15 @@ class KVStore:
         self._closed = False
         self._worker = Worker("poold-kv-worker", self.maintain, maintenance_period_s)
 
-    def _give_back(self, lease_ids: list[str]) -> None:
-        with self._lock:
-            self._tier.give_back(lease_ids)
+    def _give_back(self) -> None:
+        """The daemon asked for leases (their ids are queued): give them back now if the lock
+        comes soon; else the call holding it does (every call's tick, or a growth between its
+        tries), or the maintenance worker within its period."""
+        if self._lock.acquire(timeout=GIVE_BACK_WAIT_S):
+            try:
+                self._tier.give_back_asked()
+            finally:
+                self._lock.release()
 
     def _idle_report(self) -> dict[str, float]:
         with self._lock:

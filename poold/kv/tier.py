@@ -33,7 +33,7 @@ class Tier:
                  lease_bytes: int, ttl_s: int, priorities: Mapping[str, int],
                  idle_release_s: float, correlated_s: float, labels: dict[str, str],
                  pool: str | None, maintenance_period_s: float = 0.5,
-                 elastic: bool = False, on_reclaim: Callable[[list[str]], None] | None = None,
+                 elastic: bool = False, on_reclaim: Callable[[], None] | None = None,
                  grow_wait_s: float = 0.0,
                  idle_s: Callable[[], dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -45,6 +45,7 @@ class Tier:
                                budget_bytes=budget_bytes, ttl_s=ttl_s,
                                idle_release_s=idle_release_s, labels=labels, pool=pool,
                                elastic=elastic, on_reclaim=on_reclaim,
+                               between_tries=self.give_back_asked,
                                grow_wait_s=grow_wait_s, idle_s=idle_s, clock=clock)
         self.index = BlockIndex(priorities, block_size, correlated_s=correlated_s,
                                 clock=clock)
@@ -157,14 +158,18 @@ class Tier:
     def tick(self) -> None:
         """What every call runs first: cheap unless some upkeep is due (see the module doc)."""
         now = self._clock()
+        if self.leases.asked:
+            self.give_back_asked()
         if now >= self._due:
             self.maintain()
         elif now >= self.index.sessions_due:
             self.index.expire_sessions()
 
     def maintain(self) -> None:
-        """Expire sessions, drop lost leases, give idle ones back."""
+        """Give back what the daemon asked, expire sessions, drop lost leases, give idle ones
+        back."""
         self._due = self._clock() + self._period
+        self.give_back_asked()
         self.index.expire_sessions()
         self.reap_lost()
         for slab in self.leases.take_idle():
@@ -188,10 +193,10 @@ class Tier:
                 else now - (slab.idle_since if slab.idle_since is not None else now)
                 for slab in self.leases.slabs}
 
-    def give_back(self, lease_ids: list[str]) -> None:
+    def give_back_asked(self) -> None:
         """The daemon asked for these (elastic) leases: keep what is worth keeping in the other
         leases (compaction), drop the rest of their blocks and release them at once."""
-        for slab in self.leases.take(lease_ids):
+        for slab in self.leases.take_asked():
             kept = self._move_out(slab)
             dropped = self.index.drop_slab(slab)
             self.index.counts["reclaimed"] += dropped

@@ -154,6 +154,10 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         state=LeaseState.ACTIVE.value, labels=dict(request.labels),
         idempotency_key=request.idempotency_key, request_digest=digest,
         session_id=request.session_id, elastic=request.elastic,
+        # An elastic lease is in use from its grant on: a lease just granted to someone
+        # waiting for room is never the coldest one to ask back, whatever its session last
+        # reported of its older leases.
+        used_at=tx.now if request.elastic else None,
     )
     q.leases.insert_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,

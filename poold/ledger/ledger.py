@@ -34,6 +34,7 @@ class Ledger:
         `tenant_defaults`: (max_bytes, max_leases) of a tenant created without quotas."""
         self.url = url
         self.host_id = host_id
+        self.default_pool = default_pool
         self.clock: LedgerClock = clock or DatabaseClock()
         self.liveness = liveness
         self._write_engine = make_engine(url, writer=True, synchronous=synchronous)

@@ -35,17 +35,21 @@ class Asked:
     pending_bytes: int
 
 
-def ask(tx: Tx, pool_name: str | None, size: int, actor: str, grace_s: float) -> Asked:
+def ask(tx: Tx, pool_name: str | None, size: int, actor: str, grace_s: float,
+        session_id: str | None = None) -> Asked:
     """Ask holders of elastic leases in the pool for `size` bytes, minus what is on its way back
-    already (asked before and still held, or ended and being zeroed), coldest leases first."""
+    already (asked before and still held, or ended and being zeroed), coldest leases first.
+    `session_id`: the asking grant's session, whose own leases are never asked (its holder is
+    the one waiting: it would give back to itself)."""
     pool = leases.pool_named(tx, pool_name)
     pending = sum(lease.length for lease in q.reclaims.pending(tx.conn, pool.id, tx.now))
     need, asked = size - pending, 0
     if need <= 0:
         return Asked(0, pending)
     by = tx.now + timedelta(seconds=grace_s)
-    coldest = sorted(q.reclaims.askable(tx.conn, pool.id, tx.now),
-                     key=lambda lease: (_last_used(lease), lease.id))
+    others = [lease for lease in q.reclaims.askable(tx.conn, pool.id, tx.now)
+              if session_id is None or lease.session_id != session_id]
+    coldest = sorted(others, key=lambda lease: (_last_used(lease), lease.id))
     for lease in coldest:
         if asked >= need:
             break

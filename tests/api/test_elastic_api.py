@@ -143,8 +143,10 @@ def test_waiting_grants_are_answered_in_order_of_arrival(served: Served) -> None
     grants = served.daemon.app.state.waiting_grants
     first = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
     until("bob waits", lambda: grants.waiting() == 1, patience(0))
-    second = Background(carol, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
-    until("carol waits behind him", lambda: grants.waiting() == 2, patience(0))
+    # Carol names the default pool, bob did not: one pool, one queue.
+    second = Background(carol, "POST", "/v1/leases",
+                        json={"size": SIZE, "wait_s": 30, "pool": "default"})
+    until("carol waits behind him", lambda: grants.waiting("default") == 2, patience(0))
     alice.delete(f"/v1/leases/{plain[0]}")
     answered = first.result(patience(0))
     assert answered.status_code == 201 and answered.json()["tenant"] == "bob"

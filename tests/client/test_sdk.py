@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,24 +16,9 @@ import poold.client
 from poold import errors
 from poold.client import Mapping, PooldClient
 from poold.types import MiB
-from tests.daemon_fixtures import free_port, serving_daemon
+from tests.client.conftest import REAP_INTERVAL_S
+from tests.daemon_fixtures import free_port
 from tests.timing import patience, tolerance, until
-
-REAP_INTERVAL_S = 0.2
-
-
-@pytest.fixture
-def url(tmp_path: Path, ledger_url: str) -> Iterator[str]:
-    """A real daemon on each database."""
-    with serving_daemon(tmp_path, database_url=ledger_url,
-                        reap_interval_s=REAP_INTERVAL_S) as (_daemon, base_url):
-        yield base_url
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[PooldClient]:
-    with PooldClient(url) as c:
-        yield c
 
 
 def test_lease_maps_exactly_its_memory_and_bytes_reach_it(client: PooldClient) -> None:

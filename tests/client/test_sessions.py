@@ -4,9 +4,6 @@ releasing them all."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -14,23 +11,8 @@ import poold.client
 from poold import errors
 from poold.client import PooldClient, Session
 from poold.types import MiB
-from tests.daemon_fixtures import serving_daemon
+from tests.client.conftest import REAP_INTERVAL_S
 from tests.timing import patience, until
-
-REAP_INTERVAL_S = 0.2
-
-
-@pytest.fixture
-def url(tmp_path: Path, ledger_url: str) -> Iterator[str]:
-    with serving_daemon(tmp_path, database_url=ledger_url,
-                        reap_interval_s=REAP_INTERVAL_S) as (_daemon, base_url):
-        yield base_url
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[PooldClient]:
-    with PooldClient(url) as c:
-        yield c
 
 
 def keepalives(client: PooldClient, kind: str, **filters: str) -> int:

@@ -6,6 +6,7 @@ gets the room."""
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 
@@ -122,3 +123,36 @@ def test_the_lease_asked_back_is_the_one_used_least_lately(daemon_url: str,
         got = cache.get_many(keys)
         assert got[:PER_LEASE] == [None] * PER_LEASE  # the cold lease went
         assert got[PER_LEASE:] == [block(data, i, BS) for i in range(PER_LEASE, 2 * PER_LEASE)]
+
+
+def test_two_full_stores_growing_at_once_give_each_other_room(client: PooldClient) -> None:
+    """Each store's growth asks for the other's lease while holding its own lock: each hands
+    back what it was asked between the steps of its own wait, so both are served."""
+    half = DEVICE_BYTES // 2
+    first_keys, second_keys = make_keys(half // BS, tag=10), make_keys(half // BS, tag=11)
+    with KVStore(client, BS, DEVICE_BYTES, LEASE, elastic=True, grow_wait_s=20,
+                 idle_release_s=3600) as first, \
+            KVStore(client, BS, DEVICE_BYTES, LEASE, elastic=True, grow_wait_s=20,
+                    idle_release_s=3600) as second:
+        assert all(first.put_many(first_keys, make_blocks(len(first_keys), BS, seed=10)))
+        assert all(second.put_many(second_keys, make_blocks(len(second_keys), BS, seed=11)))
+        # The pool is full; both now need a lease more, at the same time.
+        stored: dict[str, list[bool]] = {}
+        ready = threading.Barrier(2)
+
+        def grow(store: KVStore, name: str, tag: int) -> None:
+            ready.wait()
+            stored[name] = store.put_many(make_keys(PER_LEASE + 1, tag=tag),
+                                          make_blocks(PER_LEASE + 1, BS, seed=tag))
+
+        growing = [threading.Thread(target=grow, args=args)
+                   for args in ((first, "first", 12), (second, "second", 13))]
+        for thread in growing:
+            thread.start()
+        for thread in growing:
+            thread.join(patience(20))
+        assert stored == {"first": [True] * (PER_LEASE + 1), "second": [True] * (PER_LEASE + 1)}
+        assert first.stats().grow_failures == second.stats().grow_failures == 0
+        assert first.stats().leases_reclaimed + second.stats().leases_reclaimed >= 2
+        # Given back by the stores, none taken by the daemon's reclaimer past the deadline.
+        assert [e for e in client.events(kind="lease.revoked") if e.actor == "reclaimer"] == []

@@ -190,3 +190,14 @@ def test_bytes_being_zeroed_count_as_on_their_way_back(make_ledger: LedgerFactor
     assert ask(ledger, 8 * MiB) == reclaims.Asked(asked_bytes=0, pending_bytes=8 * MiB)
     ledger.run(partial(leases.finish_scrub, lease_id=first.id))
     assert ask(ledger, 8 * MiB) == reclaims.Asked(asked_bytes=8 * MiB, pending_bytes=0)
+
+
+def test_a_grant_never_asks_its_own_session(ledger: Ledger) -> None:
+    mine, other = open_(ledger), open_(ledger)
+    own = grant(ledger, 8 * MiB, session_id=mine.id, elastic=True)
+    theirs = grant(ledger, 8 * MiB, session_id=other.id, elastic=True)
+    asked = ledger.run(partial(reclaims.ask, pool_name=None, size=16 * MiB, actor="t",
+                               grace_s=GRACE_S, session_id=mine.id))
+    assert asked.asked_bytes == 8 * MiB
+    assert [e["lease"] for e in asked_events(ledger)] == [theirs.id]
+    assert lease(ledger, own.id).reclaim_by is None
