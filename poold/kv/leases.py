@@ -10,8 +10,10 @@ closed with the set: one keepalive a period renews them all, however many the bu
 
 Elastic leases: the session's reclaim thread queues the ids the daemon asks back (`asked`) and
 nudges the store, which gives them back under its lock (`take_asked`), at once if the lock is
-free, else at its next call. A growth that waits for room does so in short steps, handing back
-between two steps what the daemon asked of this store meanwhile: two stores growing at once,
+free, else at its next call. A growth that waits for room holds the store's lock for the whole
+wait (one wait, so the daemon answers waiting grants in order of arrival) but touches nothing
+while it waits: meanwhile the reclaim thread may give back through `gate` (`waiting_for_room`
+says so), and the growth takes the gate again before it goes on. Two stores growing at once,
 each asked for the other's lease, would otherwise hold their locks against each other.
 
 Not thread-safe by itself: the store calls it under its lock. The one field another thread
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,8 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A growth that may wait for room asks the daemon to wait this long at a time, at most.
-GROW_STEP_S = 0.2
 
 
 class LeaseSlab:
@@ -114,15 +115,13 @@ class LeaseSet:
                  labels: dict[str, str] | None = None, pool: str | None = None,
                  grow_backoff_s: float = 1.0, elastic: bool = False,
                  on_reclaim: Callable[[], None] | None = None,
-                 between_tries: Callable[[], None] | None = None,
                  grow_wait_s: float = 0.0,
                  idle_s: Callable[[], dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`elastic`: the leases are a cache the daemon may ask back; `on_reclaim()` is then
         called (from the session's reclaim thread) once their ids are in `asked`.
         `grow_wait_s`: how long a grant may wait for room in a full pool (others' elastic
-        leases asked back) before the store evicts its own blocks instead; `between_tries()`
-        runs between two steps of that wait (the store gives back what it was asked).
+        leases asked back) before the store evicts its own blocks instead.
         `idle_s()`: seconds since each lease was last used, told to the daemon at each
         keepalive (the coldest are asked back first); by default how long each sat empty."""
         if lease_bytes < block_size:
@@ -138,7 +137,10 @@ class LeaseSet:
         self._no_grow_until = float("-inf")
         self._session: Session | None = None
         self._elastic, self._on_reclaim, self._grow_wait_s = elastic, on_reclaim, grow_wait_s
-        self._between_tries = between_tries
+        # Held by whoever changes the set while a growth waits for room: the growth flips
+        # waiting_for_room under it, the reclaim thread gives back under it.
+        self.gate = threading.Lock()
+        self.waiting_for_room = False
         self._idle_report = idle_s or self._idle_s
         self.asked: deque[str] = deque()  # lease ids the daemon asked back, not handled yet
         if elastic and on_reclaim is None:
@@ -216,7 +218,7 @@ class LeaseSet:
 
     def _lease_more(self) -> Lease:
         """A lease of lease_bytes in the set's session (a new one if the last was lost),
-        waiting up to grow_wait_s for room in steps of GROW_STEP_S."""
+        waiting up to grow_wait_s for room (see the module's doc for what may run meanwhile)."""
         if self._session is None or self._session.lost:
             if self._session is not None:
                 self._session.close()
@@ -224,18 +226,17 @@ class LeaseSet:
             self._session = self._client.session(
                 ttl_s=self.ttl_s, labels=self._labels, idle_s=self._idle_report,
                 on_reclaim=self._reclaimed if self._elastic else None)
-        deadline = time.monotonic() + self._grow_wait_s
-        while True:
-            step = min(GROW_STEP_S, max(0.0, deadline - time.monotonic()))
-            try:
-                return self._session.lease(self.lease_bytes, pool=self._pool,
-                                           labels=self._labels, elastic=self._elastic,
-                                           wait_s=step)
-            except errors.NoCapacity:
-                if step <= 0 or time.monotonic() >= deadline:
-                    raise
-                if self._between_tries is not None:
-                    self._between_tries()
+        session, waits = self._session, self._grow_wait_s > 0
+        if waits:
+            with self.gate:
+                self.waiting_for_room = True
+        try:
+            return session.lease(self.lease_bytes, pool=self._pool, labels=self._labels,
+                                 elastic=self._elastic, wait_s=self._grow_wait_s)
+        finally:
+            if waits:
+                with self.gate:  # after any give-back that began while it waited
+                    self.waiting_for_room = False
 
     def _reclaimed(self, asks: list[ReclaimAsk]) -> None:
         self.asked.extend(ask.lease for ask in asks)

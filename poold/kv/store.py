@@ -85,13 +85,15 @@ class KVStore:
 
     def _give_back(self) -> None:
         """The daemon asked for leases (their ids are queued): give them back now if the lock
-        comes soon; else the call holding it does (every call's tick, or a growth between its
-        tries), or the maintenance worker within its period."""
+        comes soon, or through the gate if its holder is a growth waiting for room; else the
+        call holding it does at its next tick, or the maintenance worker within its period."""
         if self._lock.acquire(timeout=GIVE_BACK_WAIT_S):
             try:
                 self._tier.give_back_asked()
             finally:
                 self._lock.release()
+        else:
+            self._tier.give_back_while_growing()
 
     def _idle_report(self) -> dict[str, float]:
         with self._lock:

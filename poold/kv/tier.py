@@ -45,7 +45,6 @@ class Tier:
                                budget_bytes=budget_bytes, ttl_s=ttl_s,
                                idle_release_s=idle_release_s, labels=labels, pool=pool,
                                elastic=elastic, on_reclaim=on_reclaim,
-                               between_tries=self.give_back_asked,
                                grow_wait_s=grow_wait_s, idle_s=idle_s, clock=clock)
         self.index = BlockIndex(priorities, block_size, correlated_s=correlated_s,
                                 clock=clock)
@@ -192,6 +191,16 @@ class Tier:
         return {slab.id: now - last[slab] if slab in last
                 else now - (slab.idle_since if slab.idle_since is not None else now)
                 for slab in self.leases.slabs}
+
+    def give_back_while_growing(self) -> bool:
+        """Give back what the daemon asked while this store's own growth waits for room (its
+        caller holds the store's lock but touches nothing until the gate is free again);
+        False if no growth is waiting: then the lock's holder gives back at its next tick."""
+        with self.leases.gate:
+            if not self.leases.waiting_for_room:
+                return False
+            self.give_back_asked()
+            return True
 
     def give_back_asked(self) -> None:
         """The daemon asked for these (elastic) leases: keep what is worth keeping in the other
