@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TypeVar
 
@@ -37,11 +37,30 @@ CROSS_HOST_POLL_S = 1.0
 RETRY_S = (0.005, 0.05)
 
 
+# Long polls of the reclaim feeds one principal may hold open at once (the SDK holds one a
+# session); past it, a poll is answered at once instead of waiting: a client cannot hold the
+# daemon's connections with polls.
+MAX_LISTENING = 64
+
+
 class ReclaimFeed:
     """Wakes whoever waits on asks (the session feeds) when this daemon asks."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_listening: int = MAX_LISTENING) -> None:
         self._asked = asyncio.Event()
+        self.max_listening = max_listening
+        self._listening: defaultdict[str, int] = defaultdict(int)
+
+    @contextlib.contextmanager
+    def listening(self, who: str) -> Iterator[bool]:
+        """One long poll of `who`'s; yields whether it may wait (under max_listening)."""
+        self._listening[who] += 1
+        try:
+            yield self._listening[who] <= self.max_listening
+        finally:
+            self._listening[who] -= 1
+            if not self._listening[who]:
+                del self._listening[who]
 
     def asked(self) -> None:
         self._asked.set()

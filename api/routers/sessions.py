@@ -112,16 +112,18 @@ async def reclaims(session_id: SessionId, ledger: LedgerDep, request: Request,
     holder listens on to give back within milliseconds rather than at its next keepalive."""
     only, session_id = tenant_only_of(request), _known(session_id)
     feed: ReclaimFeed = request.app.state.reclaim_feed
-    deadline = time.monotonic() + wait_s
-    while True:
-        view = await asyncio.to_thread(ledger.read, lambda s, now: reads.client_session(
-            s, session_id, now, tenant_only=only))
-        if view.state is not SessionState.ACTIVE:
-            raise SessionNotActive(f"session {session_id} is {view.state}")
-        left = deadline - time.monotonic()
-        if view.reclaim or left <= 0:
-            return Response(content=_ASKS.dump_json(view.reclaim), media_type="application/json")
-        await feed.wait(left)
+    with feed.listening(actor_of(request)) as may_wait:
+        deadline = time.monotonic() + (wait_s if may_wait else 0)
+        while True:
+            view = await asyncio.to_thread(ledger.read, lambda s, now: reads.client_session(
+                s, session_id, now, tenant_only=only))
+            if view.state is not SessionState.ACTIVE:
+                raise SessionNotActive(f"session {session_id} is {view.state}")
+            left = deadline - time.monotonic()
+            if view.reclaim or left <= 0:
+                return Response(content=_ASKS.dump_json(view.reclaim),
+                                media_type="application/json")
+            await feed.wait(left)
 
 
 @router.delete("/{session_id}", response_model=ClientSession)

@@ -6,6 +6,7 @@ is revoked; another tenant reads nothing of it."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,25 @@ def test_wait_s_and_elastic_are_checked(served: Served) -> None:
     for body in ({"size": SIZE, "wait_s": -1}, {"size": SIZE, "wait_s": 61},
                  {"size": SIZE, "wait_s": "5"}, {"size": SIZE, "elastic": "yes"}):
         served.refused(422, "ValidationError", "POST", "/v1/leases", alice, json=body)
+
+
+def test_long_polls_past_a_principals_share_are_answered_at_once(served: Served) -> None:
+    """A client cannot hold the daemon's connections with polls: past MAX_LISTENING (one here)
+    open at once, a principal's poll is answered at once, not after its wait_s."""
+    served.daemon.app.state.reclaim_feed.max_listening = 1
+    alice = served.tenant("alice")
+    session, held = fill_with_elastic(alice)
+    feed = f"/v1/sessions/{session}/reclaims"
+    first = Background(alice, "GET", feed, params={"wait_s": 60})
+    until("alice's first poll is open",
+          lambda: served.daemon.app.state.reclaim_feed._listening.get("tenant:alice"), patience(0))
+    began = time.monotonic()
+    assert alice.get(feed, params={"wait_s": 60}).json() == []
+    assert time.monotonic() - began < 30  # answered, not held for its 60 s (half of it, at most)
+    # Bob's grant, waiting for room, asks for alice's lease: her open poll hears of it.
+    bob = served.tenant("bob")
+    waiting = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    (asked,) = [a["lease"] for a in first.result(patience(0)).json()]
+    assert asked in held
+    alice.delete(f"/v1/leases/{asked}")
+    assert waiting.result(patience(0)).status_code == 201
