@@ -150,6 +150,7 @@ class Session:
     def _forget(self, lease: Lease) -> None:
         with self._lock:
             self._leases.pop(lease.id, None)
+            self._handed.discard(lease.id)
 
     def _renew(self) -> int:
         with self._lock:  # only leases granted before the keepalive went out are answered for
@@ -204,5 +205,11 @@ class Session:
                 return
             new = [ask for ask in asks if ask.lease not in self._handed]
             self._handed.update(ask.lease for ask in new)
-        if new:
+        if not new:
+            return
+        try:
             self._on_reclaim(new)
+        except Exception:  # the holder's bug must not stop renewals or the feed; the daemon
+            # revokes what is not given back by the deadline
+            log.exception("session.on_reclaim_failed session=%s leases=%s", self.id,
+                          [ask.lease for ask in new])

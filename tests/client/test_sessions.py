@@ -189,3 +189,28 @@ def test_on_reclaim_hears_the_coldest_lease_asked_and_giving_it_back_makes_room(
         assert not any(lease.lost for lease in session.leases)
         assert len(session.leases) == 3
         other.release(granted.id)
+
+
+def test_a_failing_on_reclaim_stops_neither_renewals_nor_the_feed(url: str) -> None:
+    """The holder's handler raises at every ask: the session keeps renewing, the daemon
+    revokes what was not given back by the deadline, and the next ask still reaches it."""
+    calls: list[list[str]] = []
+
+    def broken(asks: list[poold.client.ReclaimAsk]) -> None:
+        calls.append([ask.lease for ask in asks])
+        raise RuntimeError("the holder's bug")
+
+    ttl = 2
+    with PooldClient(url) as holder, PooldClient(url) as other, \
+            holder.session(ttl_s=ttl, on_reclaim=broken) as session:
+        held = {session.lease(16 * MiB, elastic=True).id: None for _ in range(4)}  # all 64 MiB
+        first = other.grant(16 * MiB, wait_s=30)  # served once the asked lease is revoked
+        second = other.grant(16 * MiB, wait_s=30)  # asks again: the handler hears it again
+        assert len(calls) == 2 and all(len(c) == 1 and c[0] in held for c in calls)
+        assert calls[0] != calls[1]
+        lost = [lease for lease in session.leases if lease.id in (calls[0][0], calls[1][0])]
+        until("the revoked leases are lost", lambda: all(lease.lost for lease in lost),
+              patience(ttl))
+        session.check()  # renewals went on
+        for granted in (first, second):
+            other.release(granted.id)
