@@ -157,7 +157,8 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         # An elastic lease is in use from its grant on: a lease just granted to someone
         # waiting for room is never the coldest one to ask back, whatever its session last
         # reported of its older leases.
-        used_at=tx.now if request.elastic else None,
+        # (A plain lease's coldness is its last renewal, which its keepalive moves on.)
+        used_at=tx.now if request.elastic and request.session_id is not None else None,
     )
     q.leases.insert_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
