@@ -6,6 +6,10 @@ requests/s (grants and releases both count) and p99 latency per request, for 1 a
 against poold on SQLite (synchronous=FULL, like etcd's fsync per commit), poold on PostgreSQL
 (when reachable) and etcd's JSON gateway (when `etcd` is installed: Debian's etcd-server).
 
+A second table times keepalives of many leases at once: a poold client session holding 64 leases
+renewed by one `POST /v1/sessions/{id}/keepalive` (one ledger statement renews all of them),
+beside an etcd lease with 64 keys attached renewed by one `POST /v3/lease/keepalive`.
+
 Also reported: the server process's CPU time per request (user + system, from /proc), which
 depends far less than requests/s on whatever else the machine is doing, and the load average
 before the run. Servers and clients share the machine's CPUs.
@@ -16,6 +20,7 @@ before the run. Servers and clients share the machine's CPUs.
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import multiprocessing as mp
@@ -91,6 +96,57 @@ PAIRS: dict[str, Callable[[http.client.HTTPConnection], None]] = {
     "poold": poold_pair, "etcd": etcd_pair,
 }
 
+# Keepalives: leases (keys) renewed by one request.
+HELD = 64
+
+
+def _json_post(conn: http.client.HTTPConnection, path: str, body: object,
+               headers: dict[str, str] | None = None) -> dict[str, object]:
+    conn.request("POST", path, body=json.dumps(body).encode(),
+                 headers={"content-type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    payload = response.read()
+    assert response.status in (200, 201), payload
+    found: dict[str, object] = json.loads(payload)
+    return found
+
+
+def poold_session(conn: http.client.HTTPConnection) -> Callable[[], None]:
+    """A session holding HELD leases; returns one keepalive of it (which must renew them all)."""
+    auth = {"authorization": f"Bearer {os.environ['POOLD_TOKEN']}"}
+    session = _json_post(conn, "/v1/sessions", {"ttl_s": 60}, auth)["id"]
+    for _ in range(HELD):
+        _json_post(conn, "/v1/leases", {"size": 2 << 20, "session_id": session}, auth)
+    path = f"/v1/sessions/{session}/keepalive"
+
+    def keepalive() -> None:
+        conn.request("POST", path, headers=auth)
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200 and body.count(b",") >= HELD - 1, body
+    return keepalive
+
+
+def etcd_lease(conn: http.client.HTTPConnection) -> Callable[[], None]:
+    """An etcd lease with HELD keys attached; returns one keepalive of it."""
+    lease = _json_post(conn, "/v3/lease/grant", {"TTL": 60})["ID"]
+    for i in range(HELD):
+        key = base64.b64encode(f"bench/{os.getpid()}/{i}".encode()).decode()
+        _json_post(conn, "/v3/kv/put", {"key": key, "value": "dg==", "lease": lease})
+    body = json.dumps({"ID": lease}).encode()
+
+    def keepalive() -> None:
+        conn.request("POST", "/v3/lease/keepalive", body=body)
+        response = conn.getresponse()
+        answer = response.read()
+        assert response.status == 200 and b'"TTL"' in answer, answer
+    return keepalive
+
+
+KEEPALIVES: dict[str, Callable[[http.client.HTTPConnection], Callable[[], None]]] = {
+    "poold-session": poold_session, "etcd-lease": etcd_lease,
+}
+
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; 0 where there is none)."""
@@ -102,15 +158,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 def client(protocol: str, port: int, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    pair = PAIRS[protocol]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    if protocol in KEEPALIVES:  # one request an operation, after holding what it renews
+        operation, per_operation = KEEPALIVES[protocol](conn), 1
+    else:  # a grant and a release
+        operation, per_operation = (lambda: PAIRS[protocol](conn)), 2
     while time.time() < start:
         time.sleep(0.001)
     latencies: list[float] = []
     end = start + seconds
     while (now := time.perf_counter()) and time.time() < end:
-        pair(conn)
-        latencies.append((time.perf_counter() - now) / 2)  # per request
+        operation()
+        latencies += [(time.perf_counter() - now) / per_operation] * per_operation
     out.put(latencies)
 
 
@@ -119,7 +178,8 @@ Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per requ
 
 def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) -> Point:
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-    start = time.time() + 0.5
+    # Clients holding what keepalives renew take their leases first, before the timed window.
+    start = time.time() + (0.5 if protocol in PAIRS else 3 + 0.015 * HELD * clients)
     procs = [mp.Process(target=client, args=(protocol, port, seconds, start, out))
              for _ in range(clients)]
     for p in procs:
@@ -131,7 +191,7 @@ def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) ->
     latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
     for p in procs:
         p.join()
-    requests = 2 * len(latencies)
+    requests = len(latencies)
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
     return requests / seconds, p99 * 1000, cpu / requests * 1000
 
@@ -139,7 +199,8 @@ def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) ->
 # --- servers -----------------------------------------------------------------------------------
 
 @contextmanager
-def poold_server(database_url: str | None, scrub: bool = False) -> Iterator[tuple[int, int]]:
+def poold_server(database_url: str | None, scrub: bool = False,
+                 emulate: str = "1GiB") -> Iterator[tuple[int, int]]:
     """Yields (port, pid) of a serving poold. Scrubbing off unless asked: the control plane
     alone; with it on (the default of a real daemon), each release also has its 2 MiB zeroed by
     the daemon before the bytes can be granted again."""
@@ -149,7 +210,7 @@ def poold_server(database_url: str | None, scrub: bool = False) -> Iterator[tupl
                "POOLD_LOG_LEVEL": "WARNING",
                "POOLD_UNSCRUBBED_POOLS": "[]" if scrub else '["default"]'}
         args = [sys.executable, "-m", "poold.cli.main", "serve", "--state-dir", state,
-                "--emulate", "1GiB", "--listen", f"127.0.0.1:{port}"]
+                "--emulate", emulate, "--listen", f"127.0.0.1:{port}"]
         if database_url:
             args += ["--database-url", database_url]
         proc = subprocess.Popen(args, env=env, cwd=ROOT)
@@ -226,6 +287,13 @@ def main() -> None:
         targets.append(("poold, PostgreSQL", "poold", lambda: poold_server(pg_schema_url())))
     if shutil.which("etcd"):
         targets.append(("etcd (JSON gateway)", "etcd", etcd_server))
+    # Keepalives: every client holds HELD leases of 2 MiB (4 GiB for 16 clients, never touched).
+    renewals: list[tuple[str, str, Callable[[], object]]] = [
+        (f"poold, SQLite (FULL): session keepalive renewing {HELD} leases", "poold-session",
+         lambda: poold_server(None, emulate="4GiB"))]
+    if shutil.which("etcd"):
+        renewals.append((f"etcd (JSON gateway): lease keepalive, {HELD} keys attached",
+                         "etcd-lease", etcd_server))
 
     load = os.getloadavg()
     rows: dict[str, dict[int, Point]] = {}
@@ -236,15 +304,38 @@ def main() -> None:
             print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU {c:.2f} ms/req"
                          for n, (r, p, c) in rows[name].items()})
 
-    write_table(args.out, rows, args.clients, args.seconds, load)
+    kept: dict[str, dict[int, Point]] = {}
+    for name, protocol, server in renewals:  # a fresh server each: the clients hold leases
+        kept[name] = {}
+        for n in args.clients:
+            with server() as (port, pid):  # type: ignore[attr-defined]
+                kept[name][n] = measure(protocol, port, pid, n, args.seconds)
+        print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU {c:.2f} ms/req"
+                     for n, (r, p, c) in kept[name].items()})
+
+    write_table(args.out, rows, args.clients, args.seconds, load, kept)
 
 
-def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int],
-                seconds: float, load: tuple[float, float, float]) -> None:
-    etcd = rows.get("etcd (JSON gateway)")
+def table(rows: dict[str, dict[int, Point]], clients: list[int], etcd: dict[int, Point] | None
+          ) -> list[str]:
     header = "| server | " + " | ".join(f"{n} client(s): req/s (p99 ms)" for n in clients)
     header += " | " + " | ".join(f"ratio to etcd at {n}" for n in clients) if etcd else ""
     header += " | " + " | ".join(f"server CPU ms/req at {n}" for n in clients) + " |"
+    lines = [header, "|" + "---|" * (1 + len(clients) * (3 if etcd else 2))]
+    for name, by_clients in rows.items():
+        cells = [f"{by_clients[n][0]:.0f} ({by_clients[n][1]:.1f})" for n in clients]
+        if etcd:
+            cells += [f"{by_clients[n][0] / etcd[n][0]:.2f}" for n in clients]
+        cells += [f"{by_clients[n][2]:.2f}" for n in clients]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int],
+                seconds: float, load: tuple[float, float, float],
+                kept: dict[str, dict[int, Point]]) -> None:
+    etcd = rows.get("etcd (JSON gateway)")
+    etcd_kept = next((v for k, v in kept.items() if k.startswith("etcd")), None)
     lines = [
         "# Control plane: lease grant + release, requests/s", "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
@@ -257,14 +348,18 @@ def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int]
         "release, so this is the control plane alone, except in the row that says so (each "
         "release then also zeroes its 2 MiB before reuse; a grant refused because the zeroing "
         "fell behind would stop the run).", "",
-        header, "|" + "---|" * (1 + len(clients) * (3 if etcd else 2)),
+        *table(rows, clients, etcd),
     ]
-    for name, by_clients in rows.items():
-        cells = [f"{by_clients[n][0]:.0f} ({by_clients[n][1]:.1f})" for n in clients]
-        if etcd:
-            cells += [f"{by_clients[n][0] / etcd[n][0]:.2f}" for n in clients]
-        cells += [f"{by_clients[n][2]:.2f}" for n in clients]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if kept:
+        lines += [
+            "", "## Keepalives of many leases at once", "",
+            f"Each client first holds {HELD} leases (poold: 2 MiB leases in one client session; "
+            f"etcd: one lease with {HELD} keys attached), then renews them all with one request "
+            "in a loop: a poold session keepalive (one ledger statement renews every lease in "
+            "the session, one event) beside etcd's lease keepalive. A fresh server for each "
+            "client count.", "",
+            *table(kept, clients, etcd_kept),
+        ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
