@@ -11,7 +11,7 @@ from typing import cast
 
 from sqlalchemy import Table, select
 
-from poold.ledger.views import DeviceRecord
+from poold.ledger.views import LEASE_COLUMNS, DeviceRecord
 from poold.models import (
     Claim,
     ClientSession,
@@ -36,3 +36,5 @@ HOLDING = list(HOLDING_STATES)
 ENDED = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED, LeaseState.LOST)
 
 SELECT_DEVICES = select(*(DEVICES.c[f.name] for f in fields(DeviceRecord)))
+# Every column of a lease, in LeaseRecord's order (LeaseRecord(*row) builds it).
+SELECT_LEASE = select(*(LEASES.c[name] for name in LEASE_COLUMNS))

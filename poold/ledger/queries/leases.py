@@ -14,7 +14,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, CursorResult, String, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries._tables import ACTIVE, ENDED, HOLDING, LEASES
+from poold.ledger.queries._tables import ACTIVE, ENDED, HOLDING, LEASES, SELECT_LEASE
 from poold.ledger.views import LEASE_COLUMNS, LeaseRecord
 from poold.models import Lease
 from poold.types import HOLDING_STATES, Extent, LeaseState
@@ -100,13 +100,13 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
 
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
-_SELECT_LEASE = select(*(LEASES.c[name] for name in LEASE_COLUMNS))
-_LEASE_BY_ID = _SELECT_LEASE.where(LEASES.c.id == bindparam("lease_id"))
-_LEASE_BY_KEY = _SELECT_LEASE.where(
+
+_LEASE_BY_ID = SELECT_LEASE.where(LEASES.c.id == bindparam("lease_id"))
+_LEASE_BY_KEY = SELECT_LEASE.where(
     LEASES.c.host_id == bindparam("host_id"), LEASES.c.idempotency_key == bindparam("key"),
     func.coalesce(LEASES.c.tenant, "") == func.coalesce(bindparam("tenant", type_=String), ""))
 _EXPIRED_LEASES = (
-    _SELECT_LEASE
+    SELECT_LEASE
     .where(LEASES.c.host_id == bindparam("host_id"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at <= bindparam("now"))
     .order_by(LEASES.c.expires_at)
@@ -147,7 +147,7 @@ _REPOINT_LEASE = (
     .values(claim_id=bindparam("new_claim_id"))
 )
 _EXPIRED_ON_DEVICE = (
-    _SELECT_LEASE
+    SELECT_LEASE
     .where(LEASES.c.device_id == bindparam("device_id"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at <= bindparam("now"))
     .limit(bindparam("limit"))
@@ -165,7 +165,7 @@ _LOSE_ACTIVE_LEASE = (
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.state == ACTIVE)
     .values(state=LeaseState.LOST.value, ended_at=bindparam("now"))
 )
-_OWN_ACTIVE_LEASES = _SELECT_LEASE.where(LEASES.c.host_id == bindparam("host_id"),
+_OWN_ACTIVE_LEASES = SELECT_LEASE.where(LEASES.c.host_id == bindparam("host_id"),
                                          LEASES.c.state == ACTIVE)
 
 

@@ -12,8 +12,8 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries._tables import ACTIVE, LEASES
-from poold.ledger.views import LEASE_COLUMNS, LeaseRecord, ReclaimAsk
+from poold.ledger.queries._tables import ACTIVE, LEASES, SELECT_LEASE
+from poold.ledger.views import LeaseRecord, ReclaimAsk
 from poold.models import Lease
 from poold.types import LeaseState
 
@@ -37,14 +37,14 @@ def asks_by_session(session: Session, session_ids: Sequence[str]) -> dict[str, l
 
 # --- the writer's hot path: Core, built once at import ---------------------------------------
 
-_SELECT_LEASE = select(*(LEASES.c[name] for name in LEASE_COLUMNS))
+
 # Bytes on their way back: leases asked back and still held, and ended leases being zeroed.
-_PENDING = _SELECT_LEASE.where(
+_PENDING = SELECT_LEASE.where(
     LEASES.c.pool_id == bindparam("pool_id"),
     or_(and_(LEASES.c.state == ACTIVE, LEASES.c.expires_at > bindparam("now"),
              LEASES.c.reclaim_by.is_not(None)),
         LEASES.c.state == LeaseState.SCRUBBING.value))
-_ASKABLE = _SELECT_LEASE.where(
+_ASKABLE = SELECT_LEASE.where(
     LEASES.c.pool_id == bindparam("pool_id"), LEASES.c.elastic.is_(True),
     LEASES.c.state == ACTIVE, LEASES.c.expires_at > bindparam("now"),
     LEASES.c.reclaim_by.is_(None))
@@ -55,7 +55,7 @@ _ASK = (
     .values(reclaim_by=bindparam("by"))
 )
 _OVERDUE = (
-    _SELECT_LEASE
+    SELECT_LEASE
     .where(LEASES.c.host_id == bindparam("host_id"), LEASES.c.state == ACTIVE,
            LEASES.c.reclaim_by <= bindparam("now"))
     .order_by(LEASES.c.reclaim_by)
