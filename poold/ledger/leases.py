@@ -98,11 +98,10 @@ class GrantRequest:
 
 
 def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
-    device = tx.catalog.device(lease.device_id)
+    device = tx.device(lease.device_id)
     pool = tx.catalog.pool_by_id(lease.pool_id)
-    if device is None or pool is None:  # added by another host since the snapshot
+    if pool is None:  # added by another host since the snapshot
         tx.refresh_catalog()
-        device = tx.catalog.device(lease.device_id)
         pool = tx.catalog.pool_by_id(lease.pool_id)
     assert device is not None and pool is not None
     return LeaseView.build(lease, device, pool.name, tx.now)

@@ -215,9 +215,6 @@ def _runs(extents: list[Extent]) -> list[Extent]:
 
 
 def _device(tx: Tx, device_id: int) -> DeviceRecord:
-    device = tx.catalog.device(device_id)
-    if device is None:
-        tx.refresh_catalog()
-        device = tx.catalog.device(device_id)
+    device = tx.device(device_id)
     assert device is not None
     return device

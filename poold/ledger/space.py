@@ -137,8 +137,9 @@ class HostSpace:
 
 
 class Catalog:
-    """Pools, their per-tenant quotas and devices as the ledger had them when read (at catalog
-    `version`: the ledger's counter of admin changes); immutable, replaced whole."""
+    """Pools, their per-tenant quotas and the devices this host can use as the ledger had them
+    when read (at catalog `version`: the ledger's counter of admin changes); replaced whole,
+    never changed but for other devices read one at a time (`remember`)."""
 
     def __init__(self, pools: Iterable[PoolRecord], devices: Iterable[DeviceRecord],
                  quotas: Mapping[tuple[int, str], Quota] | None = None, version: int = 0
@@ -160,6 +161,11 @@ class Catalog:
 
     def device(self, device_id: int) -> DeviceRecord | None:
         return self._devices.get(device_id)
+
+    def remember(self, device: DeviceRecord) -> None:
+        """Keep a device read on its own (Tx.device), not one leases are placed on: it is not
+        listed by `devices_in`."""
+        self._devices[device.id] = device
 
     def quota(self, pool_id: int, tenant: str) -> Quota | None:
         """The tenant's (max_bytes, max_leases) in the pool; None: no quota there."""

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from poold.ledger import queries as q
 from poold.ledger.space import Catalog, HostSpace
-from poold.ledger.views import PoolRecord
+from poold.ledger.views import DeviceRecord, PoolRecord
 from poold.types import DeviceKind, EventKind
 
 
@@ -65,8 +65,18 @@ class Tx:
         if self.snapshot is None:
             if self.session_used:
                 self.orm.flush()  # what a registry command changed is part of the snapshot
-            self.snapshot = Catalog(*q.pools.catalog(self.conn))
+            self.snapshot = Catalog(*q.pools.catalog(self.conn, self.host_id))
         return self.snapshot
+
+    def device(self, device_id: int) -> DeviceRecord | None:
+        """The device as the snapshot has it. One it lacks (another host's own device, one
+        added since the snapshot) is read from the ledger and kept in the snapshot."""
+        found = self.catalog.device(device_id)
+        if found is None:
+            found = q.devices.device_record(self.conn, device_id)
+            if found is not None:
+                self.catalog.remember(found)
+        return found
 
     def refresh_catalog(self) -> None:
         """Read pools and devices again at next use (another host may have changed them)."""
@@ -103,8 +113,5 @@ def scrubs_before_reuse(tx: Tx, pool: PoolRecord, device_id: int) -> bool:
     pool (the lease's own dax device must be gone before another is made over its range)."""
     if pool.scrub_on_release:
         return True
-    device = tx.catalog.device(device_id)
-    if device is None:  # added by another host since the snapshot
-        tx.refresh_catalog()
-        device = tx.catalog.device(device_id)
+    device = tx.device(device_id)
     return device is not None and device.kind == DeviceKind.DAX_REGION

@@ -17,6 +17,7 @@ from poold.models.base import Base, UTCDateTime
 
 class Host(Base):
     __tablename__ = "hosts"
+    __table_args__ = (Index("ix_hosts_state_last_seen_at", "state", "last_seen_at"),)
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
@@ -48,6 +49,7 @@ class Pool(Base):
 
 class Device(Base):
     __tablename__ = "devices"
+    __table_args__ = (Index("ix_devices_host_id", "host_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uid: Mapped[str] = mapped_column(String(512), unique=True)
@@ -74,7 +76,10 @@ class Device(Base):
 
 class Claim(Base):
     __tablename__ = "claims"
-    __table_args__ = (Index("ix_claims_device_id_state", "device_id", "state"),)
+    __table_args__ = (
+        Index("ix_claims_device_id_state", "device_id", "state"),
+        Index("ix_claims_host_id_state", "host_id", "state"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
@@ -121,6 +126,8 @@ class Lease(Base):
         Index("ix_leases_tenant_state", "tenant", "state"),
         Index("ix_leases_session_id", "session_id"),
         Index("ix_leases_pool_id_elastic_state", "pool_id", "elastic", "state"),
+        Index("ix_leases_host_id_state", "host_id", "state"),
+        Index("ix_leases_claim_id_state", "claim_id", "state"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

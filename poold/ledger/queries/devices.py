@@ -68,8 +68,8 @@ def mark_device(session: Session, device_id: int, state: DeviceState, now: datet
 
 # FOR NO KEY UPDATE: claimers queue on the device row, while grants (whose lease and claim rows
 # reference it, so take FOR KEY SHARE on it) never wait for a claimer.
-_LOCK_DEVICE = (SELECT_DEVICES.where(DEVICES.c.id == bindparam("device_id"))
-                .with_for_update(key_share=True))
+_DEVICE_BY_ID = SELECT_DEVICES.where(DEVICES.c.id == bindparam("device_id"))
+_LOCK_DEVICE = _DEVICE_BY_ID.with_for_update(key_share=True)
 _BIND_DEVICE = (update(DEVICES)
                 .where(DEVICES.c.id == bindparam("device_id"),
                        or_(DEVICES.c.tenant_scope.is_(None),
@@ -80,6 +80,11 @@ _BIND_DEVICE = (update(DEVICES)
 def bind_device(conn: Connection, device_id: int, scope: str) -> bool:
     """The device serves `scope`'s leases from now on, unless it already serves another's."""
     return conn.execute(_BIND_DEVICE, {"device_id": device_id, "scope": scope}).rowcount == 1
+
+
+def device_record(conn: Connection, device_id: int) -> DeviceRecord | None:
+    row = conn.execute(_DEVICE_BY_ID, {"device_id": device_id}).one_or_none()
+    return None if row is None else DeviceRecord(*row)
 
 
 def lock_device(conn: Connection, device_id: int) -> DeviceRecord:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import COUNTERS, DEVICES, POOL_QUOTAS, POOLS, SELECT_DEVICES
@@ -37,7 +37,12 @@ def pools_by_id(session: Session) -> dict[int, Pool]:
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
 _SELECT_POOLS = select(*(POOLS.c[f.name] for f in fields(PoolRecord))).order_by(POOLS.c.id)
-_ALL_DEVICES = SELECT_DEVICES.order_by(DEVICES.c.id)
+# A host's catalog holds the devices it can place leases on: its own and shared ones (no
+# host). A big ledger holds thousands of other hosts' own devices; the few a command needs
+# (describing an adopted lease) are read one at a time (q.devices.device_record).
+_USABLE_DEVICES = (SELECT_DEVICES
+                   .where(or_(DEVICES.c.host_id.is_(None), DEVICES.c.host_id == bindparam("me")))
+                   .order_by(DEVICES.c.id))
 
 
 _SELECT_QUOTAS = select(POOL_QUOTAS.c.pool_id, POOL_QUOTAS.c.tenant, POOL_QUOTAS.c.max_bytes,
@@ -47,15 +52,17 @@ _BUMP_CATALOG = (update(COUNTERS).where(COUNTERS.c.name == "catalog")
                  .values(value=COUNTERS.c.value + 1))
 
 
-def catalog(conn: Connection) -> tuple[list[PoolRecord], list[DeviceRecord],
-                                       dict[tuple[int, str], Quota], int]:
-    """Every pool, device and per-pool quota, and the catalog version they were read at, for
-    the writer's cached snapshot. The version is read first: what follows is at least as new."""
+def catalog(conn: Connection, host_id: str) -> tuple[list[PoolRecord], list[DeviceRecord],
+                                                    dict[tuple[int, str], Quota], int]:
+    """Every pool and per-pool quota, the devices `host_id` can use (its own, shared ones), and
+    the catalog version they were read at, for the writer's cached snapshot. The version is
+    read first: what follows is at least as new."""
     version = catalog_version(conn)
     pools = [PoolRecord(*row) for row in conn.execute(_SELECT_POOLS)]
     quotas = {(pool_id, tenant): (max_bytes, max_leases)
               for pool_id, tenant, max_bytes, max_leases in conn.execute(_SELECT_QUOTAS)}
-    return pools, [DeviceRecord(*row) for row in conn.execute(_ALL_DEVICES)], quotas, version
+    devices = [DeviceRecord(*row) for row in conn.execute(_USABLE_DEVICES, {"me": host_id})]
+    return pools, devices, quotas, version
 
 
 def catalog_version(conn: Connection) -> int:
