@@ -77,7 +77,8 @@ class Metrics:
             "to give back, for grants waiting for room", registry=r)
         self.reclaim_given_bytes = Counter(
             "poold_reclaim_given_bytes", "Bytes of elastic leases asked back that their holders "
-            "released (DELETE /v1/leases/{id}) before the deadline", registry=r)
+            "released (DELETE /v1/leases/{id}, or closing their session) before the deadline",
+            registry=r)
         self.grant_wait = Histogram(
             "poold_grant_wait_seconds", "How long grants that found no room waited (wait_s) "
             "before they were placed or refused", buckets=LATENCY_BUCKETS, registry=r)

@@ -21,10 +21,12 @@ from pydantic import TypeAdapter
 from api.auth import PrincipalDep, acting_tenant, admin_of, principal_of, tenant_only_of
 from api.deps import LedgerDep, actor_of, ledger_of
 from api.errors import ERROR_RESPONSES
+from api.metrics import Metrics
 from api.reclaim import ReclaimFeed
 from api.schemas import ClientSession, ReclaimAsk, SessionKeepalive, SessionRequest
 from poold.errors import SessionNotActive, UnknownSession
 from poold.ledger import reads, sessions
+from poold.ledger.reclaims import asked_bytes_of
 from poold.ledger.tx import Tx
 from poold.ledger.views import ReclaimAsk as ReclaimAskView
 from poold.ledger.views import SessionView
@@ -129,9 +131,23 @@ async def reclaims(session_id: SessionId, ledger: LedgerDep, request: Request,
 @router.delete("/{session_id}", response_model=ClientSession)
 async def close_session(session_id: SessionId, request: Request) -> Response:
     """Release every lease of the session and end it. Idempotent."""
-    return await _write(request, partial(sessions.close, session_id=_known(session_id),
-                                         actor=actor_of(request),
-                                         tenant_only=tenant_only_of(request)))
+    command = partial(_close, session_id=_known(session_id), actor=actor_of(request),
+                      tenant_only=tenant_only_of(request))
+    view, given = await asyncio.wrap_future(ledger_of(request).submit(command))
+    if given:
+        metrics: Metrics = request.app.state.metrics
+        metrics.reclaim_given_bytes.inc(given)
+    return _json(view)
+
+
+def _close(tx: Tx, session_id: str, actor: str, tenant_only: str | None
+           ) -> tuple[SessionView, int]:
+    """The close, and the bytes of leases asked back that it gave back (releases, as DELETE
+    /v1/leases/{id} would: what `poold_reclaim_given_bytes_total` counts); none when the
+    session had ended already or ends as expired."""
+    asked = asked_bytes_of(tx, session_id)
+    view = sessions.close(tx, session_id, actor, tenant_only)
+    return view, asked if view.state == SessionState.CLOSED and view.ended_at == tx.now else 0
 
 
 @router.post("/{session_id}/revoke", response_model=ClientSession)

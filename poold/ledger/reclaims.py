@@ -74,6 +74,12 @@ def revoke_overdue(tx: Tx, limit: int = REAP_BATCH) -> int:
     return len(overdue)
 
 
+def asked_bytes_of(tx: Tx, session_id: str) -> int:
+    """Bytes of the session's live leases asked back and not given back yet: what closing it
+    now gives back."""
+    return sum(ask.length for ask in q.reclaims.asked_in_session(tx.conn, session_id))
+
+
 def report_use(tx: Tx, session_id: str, idle_s: dict[str, float]) -> None:
     """The holder's word on how long each lease of its session has gone unused."""
     used = {lease_id: tx.now - timedelta(seconds=max(0.0, idle)) for lease_id, idle in

@@ -119,6 +119,22 @@ def test_a_grant_waits_in_vain_when_nothing_comes_back(served: Served) -> None:
     assert "within 0.5 s of waiting" in refused.json()["detail"]
 
 
+def test_a_holder_closing_its_session_gives_back_what_was_asked(served: Served) -> None:
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    session, held = fill_with_elastic(alice)
+    feed = Background(alice, "GET", f"/v1/sessions/{session}/reclaims", params={"wait_s": 30})
+    waiting = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    (asked,) = [a["lease"] for a in feed.result(patience(GRACE_S)).json()]
+    assert alice.delete(f"/v1/sessions/{session}").json()["state"] == "closed"
+    assert waiting.result(patience(GRACE_S)).status_code == 201
+    assert {alice.get(f"/v1/leases/{x}").json()["state"] for x in held} == {"released"}
+    # Only the asked lease counts as given back (the others were not asked), and only once.
+    assert metric(served, "poold_reclaim_given_bytes_total") == SIZE
+    alice.delete(f"/v1/sessions/{session}")
+    assert metric(served, "poold_reclaim_given_bytes_total") == SIZE
+    assert asked in held
+
+
 def test_what_a_holder_keeps_past_the_deadline_is_revoked(served: Served) -> None:
     alice, bob = served.tenant("alice"), served.tenant("bob")
     session, _held = fill_with_elastic(alice)
