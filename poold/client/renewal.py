@@ -25,10 +25,15 @@ class Renewal:
     stopped; calls `lose(reason)` once, and stops, when the holder is lost."""
 
     def __init__(self, name: str, ttl_s: int, renew: Callable[[], int],
-                 lose: Callable[[str], None]) -> None:
+                 lose: Callable[[str], None], *,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 stop: threading.Event | None = None) -> None:
+        """`monotonic` and `stop` (whose `wait(s)` is the sleep between renewals): the clock
+        and the sleep, which tests replace to follow the schedule without waiting on it."""
         self._ttl_s = ttl_s
         self._renew, self._lose = renew, lose
-        self._stop = threading.Event()
+        self._monotonic = monotonic
+        self._stop = stop if stop is not None else threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
 
@@ -40,17 +45,17 @@ class Renewal:
 
     def _run(self) -> None:
         period = max(self._ttl_s / 3, 0.05)
-        deadline = time.monotonic() + self._ttl_s
+        deadline = self._monotonic() + self._ttl_s
         wait = period
         while not self._stop.wait(wait):
-            sent = time.monotonic()
+            sent = self._monotonic()
             try:
                 ttl_s = self._renew()
             except errors.HostFenced as exc:
                 self._lose(f"HostFenced: {exc.detail}")
                 return
             except (errors.TransportError, errors.LedgerUnavailable) as exc:
-                if time.monotonic() >= deadline:
+                if self._monotonic() >= deadline:
                     self._lose(f"daemon unreachable until expiry ({exc})")
                     return
                 wait = min(period, RETRY_S)
@@ -59,4 +64,4 @@ class Renewal:
                 self._lose(f"{type(exc).__name__}: {exc.detail}")
                 return
             deadline = sent + ttl_s
-            wait = max(0.0, sent + period - time.monotonic())
+            wait = max(0.0, sent + period - self._monotonic())
