@@ -499,3 +499,30 @@ def test_a_claim_a_lease_crosses_is_left_alone_and_the_others_are_still_trimmed(
     assert [e.host for e in released] == [b.host_id]
     assert c.read(fsck).violations != []  # a's claim, left as it was
     assert {lease_view(c, x.id).state for x in full} == {LeaseState.ACTIVE}
+
+
+def test_a_hosts_own_device_is_never_placed_on_by_another_yet_adopted_when_it_is_lost(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """A writer's catalog holds the devices its host can use (its own, shared ones); another
+    host's own device is read on its own when a command needs it: adopting that host's claims
+    and leases when it is lost."""
+    watch_a, watch_b = FakeMonotonic(), FakeMonotonic()
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_a))
+    b = make_ledger([emulated_spec(32 * MiB, name="b-own")], host_id="host-b",
+                    claim_slice=16 * MiB, liveness=Liveness(TTL, GRACE, monotonic=watch_b))
+    tick(a)
+    tick(b)
+    held = b.run(partial(leases.grant, request=GrantRequest(size=4 * MiB, actor="t", ttl_s=600,
+                                                            device="b-own")))
+    assert grant(a, 64 * MiB).device == "shared0"
+    with pytest.raises(errors.NoCapacity):  # b's own device has room, but not for a
+        grant(a, 2 * MiB)
+    clock.advance(TTL + GRACE + 1)
+    watch_a.now += TTL + GRACE + 1
+    tick(a)
+    view = lease_view(a, held.id)
+    assert (view.state, view.host, view.device) == (LeaseState.LOST, "host-a", "b-own")
+    (adopted,) = a.read(lambda s, _: reads.events(s, kind="claim.adopted"))
+    assert (adopted.device_id, adopted.details["from_host"]) == (held.device_id, "host-b")
+    clean(a)
