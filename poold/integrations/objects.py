@@ -81,10 +81,13 @@ class ObjectStore:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def put_many(self, keys: Sequence[bytes], objects: Sequence[memoryview]) -> list[Put]:
+    def put_many(self, keys: Sequence[bytes], objects: Sequence[memoryview], *,
+                 session: str | None = None) -> list[Put]:
         """Store each object (a byte view) under its key, in one batch of blocks; the blocks of
         an object held already are not written again (poold.kv keeps a key it holds), but a
-        block of it that was evicted is. Per key, what was done."""
+        block of it that was evicted is. `session`: the engine's session (an agent's
+        conversation) the objects belong to, which holds them (`hold`). Per key, what was
+        done."""
         if len(keys) != len(objects):
             raise ValueError(f"{len(objects)} objects for {len(keys)} keys")
         if not keys:
@@ -98,8 +101,8 @@ class ObjectStore:
         blocks = [b for r in records for b in r.parts]
         views = [v for o in objects for v in self._cut(o)]
         # one block (an engine that stores chunk by chunk): poold.kv's shorter path
-        held = [self.kv.put(blocks[0], views[0])] if len(blocks) == 1 else \
-            self.kv.put_many(blocks, views)
+        held = [self.kv.put(blocks[0], views[0])] if len(blocks) == 1 and session is None \
+            else self.kv.put_many(blocks, views, session=session)
         outcome: list[Put] = []
         at = 0
         failed: list[StoredObject] = []
@@ -160,6 +163,20 @@ class ObjectStore:
                     self._locks.setdefault(r.key, []).append(r.parts)
             self.kv.pin([b for r in records if r is not None for b in r.parts])
         return [r is not None for r in records]
+
+    def hold(self, session: str, keys: Sequence[bytes]) -> int:
+        """Hold the present objects for the engine's session: poold.kv evicts them last, after
+        every block no live session holds, until the session ends or goes a session TTL
+        without a hold (poold.kv session holds: an agent's context kept across a tool call).
+        Returns how many of the keys were present."""
+        records = [r for r in self._present(keys) if r is not None]
+        if records:
+            self.kv.pin_session(session, [b for r in records for b in r.parts])
+        return len(records)
+
+    def end_session(self, session: str) -> None:
+        """The engine says the session is over: its objects stay cached, evictable again."""
+        self.kv.end_session(session)
 
     def unlock(self, keys: Sequence[bytes]) -> None:
         """Drop one lock from each key; a key not locked is left alone. The parts a lock

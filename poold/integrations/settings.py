@@ -25,6 +25,12 @@ MiB = 1 << 20
 DEFAULT_URL = "http://127.0.0.1:7077"
 
 
+# Where an engine's request names the session (an agent's conversation) it belongs to: vLLM's
+# kv_transfer_params, LMCache's request tags (`lmcache.tag.poold_session`), SGLang's extra_info.
+# Blocks a live session stored or hit are evicted last (ObjectStore.hold).
+SESSION_FIELD = "poold_session"
+
+
 @dataclass(frozen=True)
 class TierSettings:
     budget_bytes: int
@@ -39,13 +45,16 @@ class TierSettings:
     idle_release_s: float = 30.0
     elastic: bool = False
     grow_wait_s: float = 0.0
+    # How long an engine's session (an agent conversation) holds its objects after its last
+    # store or hit: a tool call or a user's answer may take minutes.
+    session_ttl_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("budget_bytes", "lease_bytes", "block_bytes", "ttl_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive whole number, not {value!r}")
-        for name in ("idle_release_s", "grow_wait_s"):
+        for name in ("idle_release_s", "grow_wait_s", "session_ttl_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be seconds, not {value!r}")
@@ -94,7 +103,8 @@ class TierSettings:
                          lease_bytes=self.lease_bytes, ttl_s=self.ttl_s,
                          idle_release_s=float(self.idle_release_s), pool=self.pool,
                          labels=labels, elastic=self.elastic,
-                         grow_wait_s=float(self.grow_wait_s))
+                         grow_wait_s=float(self.grow_wait_s),
+                         session_ttl_s=float(self.session_ttl_s))
         except BaseException:
             client.close()
             raise

@@ -15,7 +15,9 @@ tier entry is TierSettings (`block_bytes` defaults to one row). vLLM calls the t
 scheduler and must never wait on it: stores and loads are queued to one worker thread that
 copies the rows, and their results are handed back by get_finished_jobs. A lost lease is lost
 chunks: lookups miss and loads fail for those keys, and no row is ever filled with bytes the tier
-no longer holds.
+no longer holds. A request that names its session (`"kv_transfer_params": {"poold_session":
+"<conversation id>"}`, an agent framework's per-conversation id) holds the chunks it stored or
+touched for that session: they are evicted last, across the gaps between its requests.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
 from poold.integrations.objects import Put
-from poold.integrations.settings import TierSettings
+from poold.integrations.settings import SESSION_FIELD, TierSettings
 from poold.kv.buffers import bytes_view
 
 if TYPE_CHECKING:
@@ -106,7 +108,12 @@ class PooldSecondaryTier(SecondaryTierManager):
         return RequestOffloadingContext()
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        pass  # poold.kv's LRU-K counts the loads themselves
+        """poold.kv's LRU-K counts the loads themselves; a request of a session holds what it
+        touched for that session (on the worker: the scheduler never waits)."""
+        session = session_of(req_context)
+        if session is not None:
+            raws = [bytes(k) for k in keys]
+            self._tasks.put(lambda: self._hold(session, raws))
 
     def shutdown(self) -> None:
         """Finish what is queued, then release every lease. Idempotent."""
@@ -133,10 +140,14 @@ class PooldSecondaryTier(SecondaryTierManager):
         with self._lock:
             self._finished.append(result)
 
+    def _hold(self, session: str, keys: list[bytes]) -> None:
+        self.objects.hold(session, keys)
+
     def _store(self, job: TransferJob, keys: list[bytes]) -> None:
         started = time.perf_counter()
         try:
-            outcome = self.objects.put_many(keys, [self._view(c) for c in job.chunk_ids])
+            outcome = self.objects.put_many(keys, [self._view(c) for c in job.chunk_ids],
+                                            session=session_of(job.req_context))
             ok = all(put is not Put.REFUSED for put in outcome)
             moved = self._row * sum(put is Put.STORED for put in outcome)
         except Exception:
@@ -168,3 +179,11 @@ class PooldSecondaryTier(SecondaryTierManager):
                                              if hit],
             transfer_time=time.perf_counter() - started,
             transfer_bytes=self._row * sum(hits)))
+
+
+def session_of(req_context: ReqContext | None) -> str | None:
+    """The session the request says it belongs to: `poold_session` in its kv_transfer_params
+    (an agent framework sets it per conversation), else None."""
+    params = getattr(req_context, "kv_transfer_params", None) or {}
+    value = params.get(SESSION_FIELD) if isinstance(params, dict) else None
+    return value if isinstance(value, str) and value else None

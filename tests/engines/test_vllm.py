@@ -54,7 +54,7 @@ def test_poold_inside_vllm(engine_env: dict[str, str]) -> None:
     run = run_pytest(VLLM, ["-c", str(inner / "pytest.ini"), "-q",
                             str(inner / "check_tier.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
-    run.expect(passed=5)
+    run.expect(passed=6)
 
 
 def test_the_vllm_bench_runs_and_checks_its_rows(tmp_path: Path) -> None:

@@ -83,10 +83,10 @@ def make_tier(view: memoryview, tenant: str = "a") -> PooldSecondaryTier:
     return made
 
 
-def job(job_id: int, ks: list[OffloadKey], chunk_ids: list[int], promotion: bool
-        ) -> TransferJob:
+def job(job_id: int, ks: list[OffloadKey], chunk_ids: list[int], promotion: bool,
+        ctx: ReqContext = CTX) -> TransferJob:
     return TransferJob(job_id=job_id, keys=ks, chunk_ids=np.array(chunk_ids, dtype=np.int64),
-                       is_promotion=promotion, req_context=CTX)
+                       is_promotion=promotion, req_context=ctx)
 
 
 def finished(tier: PooldSecondaryTier) -> dict[int, object]:
@@ -143,6 +143,35 @@ def test_vllm_cascades_to_poold_and_promotes_evicted_chunks_back_byte_for_byte()
         assert tier.objects.kv.stats().leases >= 1
     finally:
         manager.on_request_finished(CTX)
+        tier.shutdown()
+
+
+def test_a_sessions_chunks_are_evicted_last_across_its_gaps() -> None:
+    """An agent's conversation names its session in kv_transfer_params: what its requests
+    stored is held, so a flood of other requests' chunks, far past the tier's budget, evicts
+    everything else first; its chunks come back byte for byte."""
+    view = rows(16)
+    tier = SecondaryTierFactory.create_secondary_tier(
+        tier_entry(budget_bytes=4 << 20), view, MagicMock())  # 64 rows' worth
+    conversation = ReqContext(req_id="turn-1",
+                              kv_transfer_params={"poold_session": "conversation-7"})
+    try:
+        kept = keys(range(1000, 1008))
+        written = fill(view, np.arange(8), seed=7)
+        tier.submit_store(job(1, kept, list(range(8)), False, conversation))
+        plain = keys(range(2000, 2008))
+        tier.submit_store(job(2, plain, list(range(8, 16)), False))
+        for batch in range(20):  # 160 more rows, none of a session
+            tier.submit_store(job(10 + batch, keys(range(3000 + 8 * batch, 3008 + 8 * batch)),
+                                  list(range(8, 16)), False))
+        assert all(r.success for r in finished(tier).values() if r.job_id < 10)
+        assert all(tier.lookup(k, CTX) is LookupResult.HIT for k in kept)
+        assert all(tier.lookup(k, CTX) is LookupResult.MISS for k in plain)  # evicted first
+        view.cast("B")[:] = bytes(len(view.cast("B")))
+        tier.submit_load(job(99, kept, list(range(8)), True, conversation))
+        assert finished(tier)[99].success
+        assert [read(view, c) for c in range(8)] == written
+    finally:
         tier.shutdown()
 
 
