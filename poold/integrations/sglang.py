@@ -14,7 +14,9 @@ tensor-parallel ranks is two objects (their shards differ), but one for an MLA m
 every rank holds whole, as SGLang's file backend keys them. The zero-copy calls (`*_v1`) copy
 between poold and the host pool's page buffers, as the host pool describes them
 (get_page_buffer_meta: one or more buffers a page); the tensor calls copy to and from the
-tensors SGLang passes. A lost lease is lost pages: lookups miss and gets fail for them.
+tensors SGLang passes. A lost lease is lost pages: lookups miss and gets fail for them. A
+request whose extra_info names its session (`{"poold_session": "<conversation id>"}`) holds the
+pages it stored or found (zero-copy calls) for that session: evicted last, across its gaps.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
 from poold.integrations.objects import Put
-from poold.integrations.settings import TierSettings
+from poold.integrations.settings import SESSION_FIELD, TierSettings
 
 SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
 
@@ -86,11 +88,16 @@ class PooldHiCacheStorage(HiCacheStorage):
         return self.batch_exists([key]) == 1
 
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
-        """How many keys, from the first, are stored (SGLang loads a prefix)."""
+        """How many keys, from the first, are stored (SGLang loads a prefix); a request of a
+        session holds that prefix for it."""
         if not keys:
             return 0
         present = self._present(keys)
-        return present.index(False) if False in present else len(present)
+        hits = present.index(False) if False in present else len(present)
+        session = session_of(extra_info)
+        if session is not None and hits:
+            self.objects.hold(session, self._part_keys(keys[:hits]))
+        return hits
 
     def _present(self, keys: list[str]) -> list[bool]:
         sizes = self.objects.sizes(self._part_keys(keys))
@@ -123,7 +130,8 @@ class PooldHiCacheStorage(HiCacheStorage):
     def batch_set_v1(self, keys: list[str], host_indices: Any,
                      extra_info: Any = None) -> list[bool]:
         raws, views = self._buffers(keys, host_indices)
-        stored = [put is not Put.REFUSED for put in self.objects.put_many(raws, views)]
+        outcome = self.objects.put_many(raws, views, session=session_of(extra_info))
+        stored = [put is not Put.REFUSED for put in outcome]
         return self._per_key(stored, len(keys))
 
     def batch_get_v1(self, keys: list[str], host_indices: Any,
@@ -140,3 +148,11 @@ class PooldHiCacheStorage(HiCacheStorage):
 
     def close(self) -> None:
         self.objects.close()
+
+
+def session_of(extra_info: Any) -> str | None:
+    """The session a request says it belongs to: `poold_session` in the extra_info dict of
+    SGLang's HiCacheStorageExtraInfo (an agent framework sets it per conversation), else None."""
+    found = getattr(extra_info, "extra_info", None)
+    value = found.get(SESSION_FIELD) if isinstance(found, dict) else None
+    return value if isinstance(value, str) and value else None

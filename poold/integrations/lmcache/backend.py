@@ -13,7 +13,10 @@ Every `poold.<name>` key of `extra_config` is a TierSettings field (a key it doe
 refused at start). A put copies the chunk from LMCache's CPU buffer into leased memory (LMCache
 gives plugins no allocator of their own); a get allocates from the local CPU backend and copies
 back. Chunks are kept by LMCache's own key string, with their shapes, dtypes and format, so what
-a get returns is laid out as it was stored. A lost lease is lost chunks: a get misses.
+a get returns is laid out as it was stored. A lost lease is lost chunks: a get misses. A
+request tagged with its session (`lmcache.tag.poold_session: <conversation id>` in its
+request configs) holds the chunks it stored or found for that session: evicted last, across the
+gaps between its requests.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from poold.integrations.objects import Put
-from poold.integrations.settings import TierSettings
+from poold.integrations.settings import SESSION_FIELD, TierSettings
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +49,14 @@ class Layout:
 
 def _raw(key: CacheEngineKey) -> bytes:
     return str(key.to_string()).encode()
+
+
+def session_of(keys: Sequence[CacheEngineKey]) -> str | None:
+    """The session the request of these keys belongs to: its `lmcache.tag.poold_session` tag
+    (LMCache keeps a request's tags on each of its keys), else None."""
+    tags = dict(getattr(keys[0], "tags", None) or ()) if keys else {}
+    value = tags.get(SESSION_FIELD)
+    return value if isinstance(value, str) and value else None
 
 
 class PooldBackend(StoragePluginInterface):
@@ -88,6 +99,9 @@ class PooldBackend(StoragePluginInterface):
         hits = known.index(False) if False in known else len(known)
         if pin and hits:
             self.objects.lock(raws[:hits])
+        session = session_of(keys)
+        if session is not None and hits:
+            self.objects.hold(session, raws[:hits])
         return hits
 
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
@@ -103,7 +117,8 @@ class PooldBackend(StoragePluginInterface):
         if len(keys) != len(objs):
             raise ValueError(f"{len(objs)} objects for {len(keys)} keys")
         raws = [_raw(k) for k in keys]
-        outcome = self.objects.put_many(raws, [o.byte_array for o in objs])
+        outcome = self.objects.put_many(raws, [o.byte_array for o in objs],
+                                        session=session_of(keys))
         with self._lock:
             for raw, obj, put in zip(raws, objs, outcome, strict=True):
                 if put is not Put.REFUSED:

@@ -67,8 +67,10 @@ def plugin(manager: StorageManager) -> PooldBackend:
     return backend
 
 
-def chunks(manager: StorageManager, count: int, seed: int) -> list[torch.Tensor]:
-    """Stores `count` chunks of random bytes through LMCache; their tensors as written."""
+def chunks(manager: StorageManager, count: int, seed: int,
+           keys: list[CacheEngineKey] | None = None) -> list[torch.Tensor]:
+    """Stores `count` chunks of random bytes through LMCache (under `keys`, else key(seed *
+    100 + i)); their tensors as written."""
     gen = torch.Generator().manual_seed(seed)
     written = []
     objs = []
@@ -79,8 +81,16 @@ def chunks(manager: StorageManager, count: int, seed: int) -> list[torch.Tensor]
                                                          dtype=torch.int16, generator=gen))
         written.append(obj.tensor.clone())
         objs.append(obj)
-    manager.batched_put([key(seed * 100 + i) for i in range(count)], objs)
+    manager.batched_put(keys or [key(seed * 100 + i) for i in range(count)], objs)
     return written
+
+
+def landed(backend: PooldBackend, keys: list[CacheEngineKey]) -> None:
+    """Wait until the plugin holds every key (LMCache's CPU backend copies to it async)."""
+    deadline = time.monotonic() + WAIT_S
+    while backend.batched_contains(keys) < len(keys):
+        assert time.monotonic() < deadline, "the plugin never held the chunks"
+        time.sleep(0.02)
 
 
 def test_lmcache_loads_the_plugin_and_reads_chunks_back_from_poold(
@@ -100,6 +110,30 @@ def test_lmcache_loads_the_plugin_and_reads_chunks_back_from_poold(
         assert torch.equal(got.tensor.view(torch.int16), expected.view(torch.int16))
         got.ref_count_down()
     assert backend.batched_contains([keys[0], key(999), keys[1]]) == 1  # a prefix
+
+
+def test_a_sessions_chunks_are_evicted_last_across_its_gaps(manager: StorageManager) -> None:
+    """A request tagged with its session (lmcache.tag.poold_session) holds what it stored: a
+    flood of untagged chunks three times the plugin's budget evicts everything else first, and
+    the session's chunks read back byte for byte from poold."""
+    backend = plugin(manager)
+    tagged = {"lmcache.tag.poold_session": "conversation-7"}
+    kept = [CacheEngineKey("tiny", 1, 0, 700 + i, torch.bfloat16, request_configs=tagged)
+            for i in range(4)]
+    written = chunks(manager, 4, seed=7, keys=kept)
+    landed(backend, kept)
+    for batch in range(12):  # 48 chunks of 512 KiB: 24 MiB through an 8 MiB budget
+        flood = [key(800 + 4 * batch + i) for i in range(4)]
+        chunks(manager, 4, seed=8 + batch, keys=flood)
+        landed(backend, flood)
+    assert not backend.contains(key(800))  # the flood did evict
+    assert backend.batched_contains(kept) == 4
+    manager.clear(locations=["LocalCPUBackend"])
+    for k, expected in zip(kept, written, strict=True):
+        got = manager.get(k)
+        assert got is not None, f"{k} missing"
+        assert torch.equal(got.tensor.view(torch.int16), expected.view(torch.int16))
+        got.ref_count_down()
 
 
 def test_remove_and_a_revoked_lease_are_misses(manager: StorageManager) -> None:
