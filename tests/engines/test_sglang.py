@@ -25,4 +25,4 @@ def test_poold_inside_sglang(engine_env: dict[str, str]) -> None:
     run = run_pytest(SGLANG, ["-c", str(inner / "pytest.ini"), "-q",
                               str(inner / "check_storage.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
-    run.expect(passed=5)
+    run.expect(passed=6)

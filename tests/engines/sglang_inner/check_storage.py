@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from engine_daemon import fd_socket, held, nothing_left_behind, revoke, token, uds
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
 from poold.integrations.sglang import PooldHiCacheStorage
@@ -116,6 +116,31 @@ def test_pages_move_zero_copy_between_the_host_pool_and_poold() -> None:
             True, True, False]
         assert [host.page(4), host.page(5)] == written[:2]
         assert host.page(6) == bytes(2 * BUFFER)  # a miss writes nothing
+    finally:
+        store.close()
+
+
+def test_a_sessions_pages_are_evicted_last_across_its_gaps() -> None:
+    """A request whose extra_info names its session (poold_session) holds the pages it stored:
+    a flood of other pages three times the budget evicts everything else first, and the
+    session's pages come back byte for byte."""
+    host = HostPool(pages=68)
+    store = backend(host)
+    conversation = HiCacheStorageExtraInfo(extra_info={"poold_session": "conversation-7"})
+    slots = list(range(4, 68))
+    try:
+        written = [host.fill(p, seed=70 + p) for p in range(4)]
+        kept = [f"kept-{p}" for p in range(4)]
+        assert store.batch_set_v1(kept, indices([0, 1, 2, 3]), conversation) == [True] * 4
+        for batch in range(12):  # 12 x 64 pages of 32 KiB: 24 MiB through an 8 MiB budget
+            for p in slots:
+                host.fill(p, seed=1000 * batch + p)
+            flood = [f"flood-{batch}-{p}" for p in slots]
+            assert store.batch_set_v1(flood, indices(slots)) == [True] * len(slots)
+        assert store.batch_exists(["flood-0-4"]) == 0  # the flood did evict
+        assert store.batch_exists(kept, conversation) == 4
+        assert store.batch_get_v1(kept, indices([4, 5, 6, 7])) == [True] * 4
+        assert [host.page(p) for p in (4, 5, 6, 7)] == written
     finally:
         store.close()
 
