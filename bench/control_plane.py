@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("POOLD_BENCH_POSTGRES_URL",
@@ -157,16 +158,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def client(protocol: str, port: int, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def client(protocol: str, port: int, seconds: float, ready: Any, out: mp.Queue) -> None:  # type: ignore[type-arg]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     if protocol in KEEPALIVES:  # one request an operation, after holding what it renews
         operation, per_operation = KEEPALIVES[protocol](conn), 1
+        # Waiting for the others to take their leases may leave the connection idle past the
+        # server's keep-alive timeout (uvicorn's: 5 s), which closes it: the first timed
+        # request opens a new one (http.client reconnects a closed connection).
+        conn.close()
     else:  # a grant and a release
         operation, per_operation = (lambda: PAIRS[protocol](conn)), 2
-    while time.time() < start:
-        time.sleep(0.001)
+    ready.wait()  # every client set up: the timed window starts for all at once
     latencies: list[float] = []
-    end = start + seconds
+    end = time.time() + seconds
     while (now := time.perf_counter()) and time.time() < end:
         operation()
         latencies += [(time.perf_counter() - now) / per_operation] * per_operation
@@ -178,15 +182,14 @@ Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per requ
 
 def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) -> Point:
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-    # Clients holding what keepalives renew take their leases first, before the timed window.
-    start = time.time() + (0.5 if protocol in PAIRS else 3 + 0.015 * HELD * clients)
-    procs = [mp.Process(target=client, args=(protocol, port, seconds, start, out))
+    ready = mp.Barrier(clients + 1)  # the clients, set up, and this process
+    procs = [mp.Process(target=client, args=(protocol, port, seconds, ready, out))
              for _ in range(clients)]
     for p in procs:
         p.start()
-    time.sleep(max(0.0, start - time.time()))
+    ready.wait(timeout=120)
     cpu = cpu_seconds(pid)
-    time.sleep(max(0.0, start + seconds - time.time()))
+    time.sleep(seconds)
     cpu = cpu_seconds(pid) - cpu
     latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
     for p in procs:
