@@ -223,10 +223,13 @@ def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJo
     device to go), with where their bytes are."""
     devices_ = q.devices.devices_by_id(session)
     scrubs = {p.id: p.scrub_on_release for p in q.pools.list_pools(session)}
+    # Never another host's own device: its chardev names some other device here (a ledger
+    # from before leases on such devices stopped being adopted may still hold one).
     return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
                      length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind,
                      zero=scrubs.get(x.pool_id, True))
-            for x in q.scrubs.scrubbing_leases(session, host_id)]
+            for x in q.scrubs.scrubbing_leases(session, host_id)
+            if devices_[x.device_id].host_id in (None, host_id)]
 
 
 def sessions(session: Session, now: datetime, *, tenant: str | None = None,

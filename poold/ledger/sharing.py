@@ -74,8 +74,9 @@ def release_idle_claims(tx: Tx, idle_s: float) -> int:
 
 
 def reclaim_lost_hosts(tx: Tx) -> int:
-    """Mark hosts silent for longer than tx.lost_after_s lost and adopt what they held;
-    returns how many hosts."""
+    """Mark hosts silent for longer than tx.lost_after_s lost and adopt what they held on shared
+    devices (what lies on a lost host's own devices stays its own until it comes back: no other
+    host reaches those bytes, to place leases or to zero them); returns how many hosts."""
     if tx.lost_after_s is None:
         return 0
     lost = q.hosts.mark_lost_hosts(tx.conn, tx.now - timedelta(seconds=tx.lost_after_s),

@@ -456,27 +456,35 @@ def test_an_adopted_claim_still_holding_bytes_is_the_adopters_to_grant_in(
 def test_a_grant_short_of_room_adopts_a_lost_hosts_claims_on_a_device_it_never_saw_too(
         make_ledger: LedgerFactory, clock: ManualClock) -> None:
     """A lost host found by a grant that needs room (not by a tick): the adopter learns of the
-    device the lost host registered after it started (its own, unshared) from the ledger, and
-    gives the idle claim there back like any other."""
+    shared device the lost host registered after it started from the ledger (its catalog never
+    had it), and gives the idle claim there back like any other. What lies on the lost host's
+    own device stays its own."""
     a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
                     liveness=Liveness(TTL, GRACE, monotonic=FakeMonotonic()))
     tick(a)
     grant(a, 2 * MiB)  # a's claim: [0, 16) MiB
-    b = make_ledger([SHARED, emulated_spec(16 * MiB, "emu-b")], host_id="host-b",
+    later = replace(emulated_spec(16 * MiB, "shared-b"), shared=True)
+    b = make_ledger([SHARED, later, emulated_spec(16 * MiB, "emu-b")], host_id="host-b",
                     claim_slice=16 * MiB, liveness=Liveness(TTL, GRACE, monotonic=FakeMonotonic()))
     tick(b)
-    held = [grant(b, 16 * MiB) for _ in range(3)]  # b: [16, 64) MiB
-    there = b.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
-                                                            ttl_s=600, device="emu-b")))
-    release(b, there.id)  # its claim on emu-b stays, idle
+    held = [grant(b, 16 * MiB) for _ in range(3)]  # b: [16, 64) MiB of the first device
+
+    def on(device: str) -> LeaseView:
+        return b.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                                ttl_s=600, device=device)))
+    there = on("shared-b")
+    release(b, there.id)  # its claim on shared-b stays, idle
+    own = on("emu-b")
     clock.advance(TTL + GRACE + 1)  # b is silent; a has not ticked since
     assert grant(a, 16 * MiB).length == 16 * MiB
     assert {lease_view(a, x.id).state for x in held} == {LeaseState.LOST}
     released = a.read(lambda s, _now: reads.events(s, kind="claim.released"))
     assert there.device_id in {e.device_id for e in released
                                if e.details["reason"] == "host host-b lost"}
-    assert a.read(lambda s, _: s.query(Claim).filter_by(host_id="host-b", state="active")
-                  .count()) == 0
+    left = a.read(lambda s, _: [c.device_id for c in s.query(Claim)
+                                .filter_by(host_id="host-b", state="active")])
+    assert left == [own.device_id]
+    assert lease_view(a, own.id).host == "host-b"
     clean(a)
 
 
@@ -501,28 +509,44 @@ def test_a_claim_a_lease_crosses_is_left_alone_and_the_others_are_still_trimmed(
     assert {lease_view(c, x.id).state for x in full} == {LeaseState.ACTIVE}
 
 
-def test_a_hosts_own_device_is_never_placed_on_by_another_yet_adopted_when_it_is_lost(
+def test_a_lost_hosts_own_device_is_neither_placed_on_nor_adopted_by_another(
         make_ledger: LedgerFactory, clock: ManualClock) -> None:
-    """A writer's catalog holds the devices its host can use (its own, shared ones); another
-    host's own device is read on its own when a command needs it: adopting that host's claims
-    and leases when it is lost."""
+    """Another host's own device (hmem, legacy pmem) is reached by no other host: a writer's
+    catalog never offers it, and when its host is lost what lies there stays that host's (its
+    chardev on the adopter names another device, maybe the adopter's own: zeroing through it
+    would wipe a stranger's bytes). It ends when that host comes back, fenced; a lease there is
+    still described to other hosts (its device read on its own, not from their catalog)."""
     watch_a, watch_b = FakeMonotonic(), FakeMonotonic()
-    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB,
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB, scrub=True,
                     liveness=Liveness(TTL, GRACE, monotonic=watch_a))
     b = make_ledger([emulated_spec(32 * MiB, name="b-own")], host_id="host-b",
-                    claim_slice=16 * MiB, liveness=Liveness(TTL, GRACE, monotonic=watch_b))
+                    claim_slice=16 * MiB, scrub=True,
+                    liveness=Liveness(TTL, GRACE, monotonic=watch_b))
     tick(a)
     tick(b)
-    held = b.run(partial(leases.grant, request=GrantRequest(size=4 * MiB, actor="t", ttl_s=600,
-                                                            device="b-own")))
-    assert grant(a, 64 * MiB).device == "shared0"
+    own = b.run(partial(leases.grant, request=GrantRequest(size=4 * MiB, actor="t", ttl_s=600,
+                                                           device="b-own")))
+    shared = b.run(partial(leases.grant, request=GrantRequest(size=4 * MiB, actor="t",
+                                                              ttl_s=600, device="shared0")))
+    assert grant(a, 48 * MiB).device == "shared0"
     with pytest.raises(errors.NoCapacity):  # b's own device has room, but not for a
-        grant(a, 2 * MiB)
+        grant(a, 16 * MiB)
     clock.advance(TTL + GRACE + 1)
     watch_a.now += TTL + GRACE + 1
     tick(a)
-    view = lease_view(a, held.id)
-    assert (view.state, view.host, view.device) == (LeaseState.LOST, "host-a", "b-own")
-    (adopted,) = a.read(lambda s, _: reads.events(s, kind="claim.adopted"))
-    assert (adopted.device_id, adopted.details["from_host"]) == (held.device_id, "host-b")
+    adopted = a.read(lambda s, _: reads.events(s, kind="claim.adopted"))
+    assert {e.device_id for e in adopted} == {shared.device_id}
+    assert (lease_view(a, shared.id).state, lease_view(a, shared.id).host) == (
+        LeaseState.SCRUBBING, "host-a")
+    assert lease_view(a, own.id).host == "host-b"
+    waiting = {j.lease_id: j for j in a.read(partial(reads.scrubbing, host_id="host-a"))}
+    assert shared.id in waiting and own.id not in waiting
+    with pytest.raises(errors.InvalidRequest, match="belongs to host host-b"):
+        a.run(partial(leases.release, lease_id=own.id, actor="t"))
+    # b comes back fenced: its tick records the lease lost, and its own scrubber zeroes it.
+    watch_b.now += TTL + GRACE + 1
+    tick(b)
+    assert [j.lease_id for j in b.read(partial(reads.scrubbing, host_id="host-b"))] == [own.id]
+    ended = a.run(partial(leases.release, lease_id=own.id, actor="t"))  # as it ended
+    assert (ended.state, ended.device, ended.host) == (LeaseState.SCRUBBING, "b-own", "host-b")
     clean(a)

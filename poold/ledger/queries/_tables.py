@@ -36,5 +36,7 @@ HOLDING = list(HOLDING_STATES)
 ENDED = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED, LeaseState.LOST)
 
 SELECT_DEVICES = select(*(DEVICES.c[f.name] for f in fields(DeviceRecord)))
+# Devices several hosts reach (no owning host): what another host may take over from a lost one.
+SHARED_DEVICE_IDS = select(DEVICES.c.id).where(DEVICES.c.host_id.is_(None))
 # Every column of a lease, in LeaseRecord's order (LeaseRecord(*row) builds it).
 SELECT_LEASE = select(*(LEASES.c[name] for name in LEASE_COLUMNS))

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries._tables import CLAIMS, ENDED, HOLDING, LEASES
+from poold.ledger.queries._tables import CLAIMS, ENDED, HOLDING, LEASES, SHARED_DEVICE_IDS
 from poold.models import Claim, Lease
 from poold.types import ClaimState, Extent
 
@@ -82,10 +82,14 @@ _END_CLAIM = (
     .where(CLAIMS.c.id == bindparam("claim_id"), CLAIMS.c.state == ClaimState.ACTIVE.value)
     .values(state=ClaimState.RELEASED.value, ended_at=bindparam("now"))
 )
+# Only on shared devices: a host's own device (hmem, legacy pmem) is reached by no other host, so
+# another could neither place leases there nor zero its bytes (its chardev there names another
+# device, maybe the adopter's own). They stay the lost host's until it comes back.
 _ADOPT_CLAIMS = (
     update(CLAIMS)
     .where(CLAIMS.c.host_id == bindparam("from_host"),
-           CLAIMS.c.state == ClaimState.ACTIVE.value)
+           CLAIMS.c.state == ClaimState.ACTIVE.value,
+           CLAIMS.c.device_id.in_(SHARED_DEVICE_IDS))
     .values(host_id=bindparam("to_host"))
     .returning(CLAIMS.c.id, CLAIMS.c.device_id, CLAIMS.c.offset, CLAIMS.c.length)
 )

@@ -14,7 +14,14 @@ from typing import Any, cast
 from sqlalchemy import Connection, CursorResult, String, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries._tables import ACTIVE, ENDED, HOLDING, LEASES, SELECT_LEASE
+from poold.ledger.queries._tables import (
+    ACTIVE,
+    ENDED,
+    HOLDING,
+    LEASES,
+    SELECT_LEASE,
+    SHARED_DEVICE_IDS,
+)
 from poold.ledger.views import LEASE_COLUMNS, LeaseRecord
 from poold.models import Lease
 from poold.types import HOLDING_STATES, Extent, LeaseState
@@ -153,10 +160,12 @@ _EXPIRED_ON_DEVICE = (
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)  # one its owner is changing now is left to the owner
 )
-# Idempotency keys are per host: an adopted lease gives its key up rather than collide.
+# Idempotency keys are per host: an adopted lease gives its key up rather than collide. Only on
+# shared devices, as claims (q.claims._ADOPT_CLAIMS says why).
 _ADOPT_LEASES = (
     update(LEASES)
-    .where(LEASES.c.host_id == bindparam("from_host"), LEASES.c.state.in_(HOLDING))
+    .where(LEASES.c.host_id == bindparam("from_host"), LEASES.c.state.in_(HOLDING),
+           LEASES.c.device_id.in_(SHARED_DEVICE_IDS))
     .values(host_id=bindparam("to_host"), idempotency_key=None)
     .returning(*(LEASES.c[name] for name in LEASE_COLUMNS))
 )
