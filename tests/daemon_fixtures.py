@@ -21,13 +21,20 @@ import uvicorn
 from poold.config import Settings
 from poold.daemon import Daemon
 from poold.daemon.fdstore import KEEPER_SOCKET
-from tests.timing import PROBE_S, START_S
+from tests.timing import PROBE_S, START_S, until
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=PROBE_S).is_success
+    except httpx.TransportError:
+        return False
 
 
 @contextmanager
@@ -57,7 +64,9 @@ def serving_daemon(state_dir: Path, port: int | None = None,
             raise RuntimeError("daemon did not start")
         time.sleep(0.02)
     try:
-        httpx.get(f"{url}/healthz", timeout=PROBE_S).raise_for_status()
+        # Asked until it answers: on a loaded machine the first answer (the ledger's first
+        # read, a fence lifted at the first tick) may take longer than one probe's timeout.
+        until("the daemon answers /healthz", lambda: _healthy(url), START_S)
         yield daemon, url
     finally:
         server.should_exit = True

@@ -73,9 +73,12 @@ class Api:
 
 @contextmanager
 def host(state: Path, ledger_url: str, name: str, **extra: Any) -> Iterator[tuple[Daemon, str]]:
+    """One of the hosts, its emulated device shared with the other (one ledger device): what a
+    lost host held there is adopted by the one that notices (a host's own device is not)."""
     with serving_daemon(state, auth="token", database_url=ledger_url, host_id=name,
-                        emulate_size=64 * MiB, watch_udev=False, claim_idle_s=0.3,
-                        host_ttl_s=HOST_TTL_S, host_grace_s=0, **extra) as served:
+                        emulate_size=64 * MiB, emulate_uid="test:actors-emu0",
+                        watch_udev=False, claim_idle_s=0.3, host_ttl_s=HOST_TTL_S,
+                        host_grace_s=0, **extra) as served:
         yield served
 
 
