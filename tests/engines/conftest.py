@@ -15,7 +15,7 @@ import pytest
 
 from poold.client import PooldClient
 from tests.daemon_fixtures import serve_process
-from tests.engines.venvs import Engine, python
+from tests.engines.venvs import Engine, python, sdist_tests
 
 HERE = Path(__file__).parent
 RUN_S = 900  # one engine suite, bounded
@@ -94,3 +94,17 @@ def run_pytest(engine: Engine, args: list[str], *, cwd: Path, env: dict[str, str
     done = subprocess.run([str(python(engine)), "-m", "pytest", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=RUN_S)
     return Run(done.returncode, done.stdout, done.stderr)
+
+
+def run_swapped_suite(engine: Engine, test_file: str, *, all_tests: int,
+                      not_applicable: dict[str, str], env: dict[str, str]) -> None:
+    """One of the engine's own test files from its sdist, unmodified, with the `poold_swap`
+    plugin of `<engine>_inner` putting poold where the file builds its own backend: every test
+    but those not applicable passes, and the swap took (they leased from poold, as tenant a)."""
+    deselect = [a for test in not_applicable for a in ("--deselect", test)]
+    before = leases_granted(env, "a")
+    run = run_pytest(engine, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
+                              "-o", "log_cli=false", test_file, *deselect],
+                     cwd=sdist_tests(engine), env=env, plugin_dir=HERE / f"{engine.name}_inner")
+    run.expect(passed=all_tests - len(not_applicable))
+    assert leases_granted(env, "a") - before >= 10

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import HERE, leases_granted, run_pytest
-from tests.engines.venvs import LMCACHE, REPO, python, sdist_tests
+from tests.engines.conftest import HERE, run_pytest, run_swapped_suite
+from tests.engines.venvs import LMCACHE, REPO, python
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +39,8 @@ CONTRACT_TESTS = 44  # in LMCache 0.5.6's file: all must run, less the ones left
 
 
 def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]) -> None:
-    root = sdist_tests(LMCACHE)
-    deselect = [a for test in NOT_APPLICABLE for a in ("--deselect", test)]
-    before = leases_granted(engine_env, "a")
-    run = run_pytest(LMCACHE, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
-                                   "-o", "log_cli=false", CONTRACT, *deselect],
-                     cwd=root, env=engine_env, plugin_dir=HERE / "lmcache_inner")
-    run.expect(passed=CONTRACT_TESTS - len(NOT_APPLICABLE))
-    # the swap took: LMCache's tests stored through poold, in leases of tenant a
-    assert leases_granted(engine_env, "a") - before >= 10
+    run_swapped_suite(LMCACHE, CONTRACT, all_tests=CONTRACT_TESTS,
+                      not_applicable=NOT_APPLICABLE, env=engine_env)
 
 
 def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import HERE, leases_granted, run_pytest
-from tests.engines.venvs import REPO, VLLM, python, sdist_tests
+from tests.engines.conftest import HERE, run_pytest, run_swapped_suite
+from tests.engines.venvs import REPO, VLLM, python
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +38,8 @@ NOT_APPLICABLE = {  # each with why: the example tier's own facts, not the tier 
 
 
 def test_vllms_tiering_tests_pass_on_poold(engine_env: dict[str, str]) -> None:
-    root = sdist_tests(VLLM)
-    deselect = [a for test in NOT_APPLICABLE for a in ("--deselect", test)]
-    before = leases_granted(engine_env, "a")
-    run = run_pytest(VLLM, ["-p", "poold_swap", "-q", "-p", "no:cacheprovider",
-                            "-o", "log_cli=false", TIERING, *deselect],
-                     cwd=root, env=engine_env, plugin_dir=HERE / "vllm_inner")
-    run.expect(passed=TIERING_TESTS - len(NOT_APPLICABLE))
-    # the swap took: vLLM's tests stored through poold, in leases of tenant a
-    assert leases_granted(engine_env, "a") - before >= 10
+    run_swapped_suite(VLLM, TIERING, all_tests=TIERING_TESTS, not_applicable=NOT_APPLICABLE,
+                      env=engine_env)
 
 
 def test_poold_inside_vllm(engine_env: dict[str, str]) -> None:
