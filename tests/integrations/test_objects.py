@@ -39,6 +39,36 @@ def test_an_object_comes_back_byte_for_byte_whatever_its_size(store: ObjectStore
     assert out == data
 
 
+@pytest.mark.parametrize("nbytes", [7, BLOCK, 3 * BLOCK + 1])
+def test_one_object_at_a_time_is_the_batch_of_one(store: ObjectStore, nbytes: int) -> None:
+    """put/get_into, the per-call paths (one whole block takes a shorter one), answer as
+    put_many/get_many_into of one."""
+    data = payload(nbytes, nbytes)
+    assert store.put(b"k", data) is Put.STORED
+    assert store.put(b"k", payload(nbytes, 0)) is Put.PRESENT  # kept, not written again
+    out = memoryview(bytearray(nbytes))
+    assert store.get_into(b"k", out) and out == data
+    assert not store.get_into(b"absent", out)
+    wrong = memoryview(bytearray(nbytes + 1))
+    assert not store.get_into(b"k", wrong) and bytes(wrong) == bytes(nbytes + 1)
+    store.kv.discard(part_keys(b"k", nbytes, BLOCK)[-1:])  # as an eviction would
+    assert not store.get_into(b"k", out)
+    assert store.gone() == [(b"k", nbytes)] and len(store) == 0
+    assert store.put(b"k", data) is Put.STORED  # evicted: written again
+
+
+def test_one_whole_block_without_room_is_refused_and_leaves_nothing(
+        client: PooldClient) -> None:
+    with ObjectStore(KVStore(client, block_size=BLOCK, budget_bytes=2 * MiB,
+                             lease_bytes=2 * MiB, idle_release_s=3600)) as store:
+        store.put_many([b"pinned"], [payload(32 * BLOCK, 0)])
+        store.lock([b"pinned"])
+        assert store.put(b"one", payload(BLOCK, 1)) is Put.REFUSED
+        assert store.sizes([b"one"]) == [None] and len(store) == 1
+        store.unlock([b"pinned"])
+        assert store.put(b"one", payload(BLOCK, 1)) is Put.STORED  # the pinned one evicted
+
+
 def test_a_batch_of_objects_of_mixed_sizes_and_their_misses(store: ObjectStore) -> None:
     sizes = [BLOCK * 2, 100, BLOCK + 5, 7]
     keys = [f"obj-{i}".encode() for i in range(len(sizes))]

@@ -47,6 +47,13 @@ class Layout:
     cached_positions: Any
 
 
+def _layout(obj: MemoryObj) -> Layout:
+    meta = obj.metadata  # one lock taken, where get_shapes(), get_dtypes()... take one each
+    if meta.shapes is None or meta.dtypes is None:
+        raise ValueError(f"LMCache's memory object {obj} has no shapes or dtypes")
+    return Layout(list(meta.shapes), list(meta.dtypes), meta.fmt, meta.cached_positions)
+
+
 def _raw(key: CacheEngineKey) -> bytes:
     return str(key.to_string()).encode()
 
@@ -117,14 +124,15 @@ class PooldBackend(StoragePluginInterface):
         if len(keys) != len(objs):
             raise ValueError(f"{len(objs)} objects for {len(keys)} keys")
         raws = [_raw(k) for k in keys]
-        outcome = self.objects.put_many(raws, [o.byte_array for o in objs],
-                                        session=session_of(keys))
+        session = session_of(keys)
+        # Chunk by chunk (a call per chunk): ObjectStore's shorter path for one object.
+        outcome = [self.objects.put(raws[0], objs[0].byte_array, session=session)] \
+            if len(raws) == 1 else \
+            self.objects.put_many(raws, [o.byte_array for o in objs], session=session)
+        layouts = [(raw, _layout(obj)) for raw, obj, put in zip(raws, objs, outcome, strict=True)
+                   if put is not Put.REFUSED]
         with self._lock:
-            for raw, obj, put in zip(raws, objs, outcome, strict=True):
-                if put is not Put.REFUSED:
-                    self._layouts[raw] = Layout(list(obj.get_shapes()), list(obj.get_dtypes()),
-                                                obj.get_memory_format(),
-                                                obj.metadata.cached_positions)
+            self._layouts.update(layouts)
         if on_complete_callback is not None:
             for key, put in zip(keys, outcome, strict=True):
                 if put is Put.STORED:
@@ -147,7 +155,7 @@ class PooldBackend(StoragePluginInterface):
         obj = self.local_cpu_backend.allocate(layout.shapes, layout.dtypes, layout.fmt)
         if obj is None:  # LMCache's CPU buffer is full
             return None
-        if not self.objects.get_many_into([raw], [obj.byte_array])[0]:
+        if not self.objects.get_into(raw, obj.byte_array):
             obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
             with self._lock:
                 self._layouts.pop(raw, None)
