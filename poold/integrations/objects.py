@@ -201,6 +201,11 @@ class ObjectStore:
         """The engine says the session is over: its objects stay cached, evictable again."""
         self.kv.end_session(session)
 
+    def locked(self, key: bytes) -> bool:
+        """Whether the key holds a lock now."""
+        with self._lock:
+            return bool(self._locks.get(key))
+
     def unlock(self, keys: Sequence[bytes]) -> None:
         """Drop one lock from each key; a key not locked is left alone. The parts a lock
         pinned are unpinned even if the object was deleted meanwhile."""

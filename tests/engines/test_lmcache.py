@@ -13,6 +13,10 @@
   from poold byte for byte once LMCache's CPU copies are cleared, removes and a revoked lease
   as misses.
 
+- LMCache's tests of its DaxBackend (tests/v1/storage_backend/test_dax_backend.py, unmodified),
+  with the plugin they build swapped for poold's: those that apply (DAX_NOT_APPLICABLE says why
+  each other one does not).
+
 LMCache's tests/v1/test_storage_plugin.py is not run: it tests the plugin loader with a mock
 whose internals it inspects (its call history, its dict, the identity of the object a get
 returns), which no real store has; the loader path it covers is what check_backend.py drives.
@@ -41,6 +45,58 @@ CONTRACT_TESTS = 44  # in LMCache 0.5.6's file: all must run, less the ones left
 def test_lmcaches_l2_adapter_contract_passes_on_poold(engine_env: dict[str, str]) -> None:
     run_swapped_suite(LMCACHE, CONTRACT, all_tests=CONTRACT_TESTS,
                       not_applicable=NOT_APPLICABLE, env=engine_env)
+
+
+DAX = "tests/v1/storage_backend/test_dax_backend.py"
+_DAX_HOOK = "patches a DaxBackend internal ({}) to hold or fail a copy midway; poold's tier " \
+            "has no such hook"
+DAX_NOT_APPLICABLE = {  # each with why: DaxBackend's internals, or a limit poold does not have
+    f"{DAX}::{name}": why for name, why in {
+        "test_dax_backend_blocking_and_async_share_restore_dispatch":
+            "asserts both paths reach DaxBackend's own _restore_batch",
+        "test_dax_backend_rejects_tp_gt_1":
+            "DaxBackend serves TP=1 only; poold's tier is one per worker (keys carry the "
+            "worker id), built without a local CPU backend here, which poold refuses first",
+        "test_dax_backend_rejects_multi_group_metadata_at_init":
+            "DaxBackend takes a single-group KV layout only; poold keeps each chunk's layout",
+        "test_dax_backend_failed_init_does_not_leak_fds":
+            "opens a bad dax.device_path; poold's tier opens no device (the daemon maps "
+            "leases)",
+        "test_dax_backend_oversized_put_raises_error":
+            "reads DaxBackend's fixed slot size (slot_bytes); poold stores any size",
+        "test_dax_backend_multi_tensor_put_skips_without_indexing_or_leaking_slots":
+            "DaxBackend cannot store a multi-tensor chunk and skips it; poold stores it",
+        "test_dax_backend_get_blocking_releases_lock_during_read": _DAX_HOOK.format("_do_read"),
+        "test_dax_backend_batched_get_blocking_releases_lock_during_restore":
+            _DAX_HOOK.format("_batched_memcpy"),
+        "test_dax_backend_remove_during_read_defers_slot_reclaim":
+            _DAX_HOOK.format("_do_read"),
+        "test_dax_backend_remove_during_batched_restore_defers_slot_reclaim":
+            _DAX_HOOK.format("_batched_memcpy"),
+        "test_dax_backend_get_read_failure_releases_cpu_memory_obj":
+            _DAX_HOOK.format("_do_read"),
+        "test_dax_backend_sync_close_waits_for_active_put": _DAX_HOOK.format("_do_write"),
+        "test_dax_backend_sync_close_waits_for_active_get": _DAX_HOOK.format("_do_read"),
+        "test_dax_backend_sync_close_waits_for_active_batched_restore":
+            _DAX_HOOK.format("_batched_memcpy"),
+        "test_dax_backend_async_close_waits_for_active_put": _DAX_HOOK.format("_do_write"),
+        "test_dax_backend_allocator_exhaustion_fails_without_internal_eviction":
+            "DaxBackend refuses a put when its arena is full; poold's tier is a cache that "
+            "evicts its coldest unpinned chunks to make room",
+        "test_dax_backend_full_arena_does_not_evict_pinned_or_unpinned_keys":
+            "the same: poold evicts its coldest unpinned chunk where DaxBackend refuses",
+    }.items()}
+DAX_TESTS = 29  # in LMCache 0.5.6's file
+
+
+def test_lmcaches_dax_backend_tests_that_apply_pass_on_poold(
+        engine_env: dict[str, str]) -> None:
+    """LMCache's tests of its own DAX storage plugin, with the plugin they build swapped for
+    poold's (same config; the arena's size as the budget): round trips, positional misses in a
+    batch, one allocation per layout, the asynchronous prefetch stopping at the first miss,
+    nested pins that a non-forced remove respects, threads, and a closed backend."""
+    run_swapped_suite(LMCACHE, DAX, all_tests=DAX_TESTS, not_applicable=DAX_NOT_APPLICABLE,
+                      env=engine_env, leased_at_least=6)  # 8 of its tests store
 
 
 def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:

@@ -125,6 +125,7 @@ def test_a_locked_object_outlives_eviction_pressure_until_unlocked(
         store.put_many([b"locked"], [payload(BLOCK, 0)])
         assert store.lock([b"locked", b"absent"]) == [True, False]
         store.lock([b"locked"])  # locks nest
+        assert store.locked(b"locked") and not store.locked(b"absent")
         for i in range(64):
             store.put_many([f"filler-{i}".encode()], [payload(BLOCK, i)])
         assert store.sizes([b"locked"]) == [BLOCK]
@@ -132,7 +133,9 @@ def test_a_locked_object_outlives_eviction_pressure_until_unlocked(
         for i in range(64, 96):
             store.put_many([f"filler-{i}".encode()], [payload(BLOCK, i)])
         assert store.sizes([b"locked"]) == [BLOCK]  # one lock is left
+        assert store.locked(b"locked")
         store.unlock([b"locked"])
+        assert not store.locked(b"locked")
         store.unlock([b"locked"])  # one more than it had: nothing happens
         for i in range(96, 160):
             store.put_many([f"filler-{i}".encode()], [payload(BLOCK, i)])

@@ -13,7 +13,8 @@ Every `poold.<name>` key of `extra_config` is a TierSettings field (a key it doe
 refused at start). A put copies the chunk from LMCache's CPU buffer into leased memory (LMCache
 gives plugins no allocator of their own); a get allocates from the local CPU backend and copies
 back. Chunks are kept by LMCache's own key string, with their shapes, dtypes and format, so what
-a get returns is laid out as it was stored. A lost lease is lost chunks: a get misses. A
+a get returns is laid out as it was stored; LMCache's asynchronous lookup and prefetch are
+served too. A lost lease is lost chunks: a get misses. A
 request tagged with its session (`lmcache.tag.poold_session: <conversation id>` in its
 request configs) holds the chunks it stored or found for that session: evicted last, across the
 gaps between its requests.
@@ -21,8 +22,9 @@ gaps between its requests.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +56,22 @@ def _layout(obj: MemoryObj) -> Layout:
     return Layout(list(meta.shapes), list(meta.dtypes), meta.fmt, meta.cached_positions)
 
 
+def _same_layout_runs(layouts: Sequence[Layout | None]) -> Iterator[tuple[int, int]]:
+    """[start, end) of each run of known chunks laid out alike (one allocation serves it)."""
+    i, n = 0, len(layouts)
+    while i < n:
+        first = layouts[i]
+        if first is None:
+            i += 1
+            continue
+        j = i + 1
+        while j < n and (other := layouts[j]) is not None and other.shapes == first.shapes \
+                and other.dtypes == first.dtypes and other.fmt is first.fmt:
+            j += 1
+        yield i, j
+        i = j
+
+
 def _raw(key: CacheEngineKey) -> bytes:
     return str(key.to_string()).encode()
 
@@ -72,8 +90,9 @@ class PooldBackend(StoragePluginInterface):
         super().__init__(dst_device=dst_device, config=config, metadata=metadata,
                          local_cpu_backend=local_cpu_backend, loop=loop)
         if local_cpu_backend is None:
-            raise ValueError("PooldBackend needs LMCache's local CPU backend (local_cpu: "
-                             "true): it allocates the chunks a get returns")
+            raise ValueError("PooldBackend requires local_cpu_backend (LMCache's local CPU "
+                             "backend, local_cpu: true): it allocates the chunks a get "
+                             "returns")
         extra = dict(getattr(config, "extra_config", None) or {})
         params = {k.removeprefix("poold."): v for k, v in extra.items()
                   if k.startswith("poold.")}
@@ -81,6 +100,7 @@ class PooldBackend(StoragePluginInterface):
             labels={"engine": "lmcache", "tier": "storage-plugin"})
         self._lock = threading.Lock()
         self._layouts: dict[bytes, Layout] = {}
+        self._closed = False
 
     def __str__(self) -> str:
         return "PooldBackend"
@@ -88,6 +108,8 @@ class PooldBackend(StoragePluginInterface):
     # -- lookups -------------------------------------------------------------------------------
 
     def _known(self, raws: Sequence[bytes]) -> list[bool]:
+        if self._closed:
+            return [False] * len(raws)
         present = self.objects.sizes(raws)
         with self._lock:
             return [n is not None and r in self._layouts for r, n in zip(raws, present,
@@ -111,6 +133,11 @@ class PooldBackend(StoragePluginInterface):
             self.objects.hold(session, raws[:hits])
         return hits
 
+    async def batched_async_contains(self, lookup_id: str, keys: list[CacheEngineKey],
+                                     pin: bool = False) -> int:
+        """batched_contains, for LMCache's asynchronous lookup (a lookup copies nothing)."""
+        return self.batched_contains(keys, pin=pin)
+
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
         return False  # puts are done before batched_submit_put_task returns
 
@@ -122,7 +149,10 @@ class PooldBackend(StoragePluginInterface):
             on_complete_callback: Callable[[CacheEngineKey], None] | None = None) -> None:
         """Stores the batch now (one poold.kv put); None: there is nothing to wait for."""
         if len(keys) != len(objs):
-            raise ValueError(f"{len(objs)} objects for {len(keys)} keys")
+            raise ValueError(f"keys and objects are not the same length: {len(objs)} objects "
+                             f"for {len(keys)} keys")
+        if self._closed:
+            raise RuntimeError("PooldBackend is closing or closed: it takes no new puts")
         raws = [_raw(k) for k in keys]
         session = session_of(keys)
         # Chunk by chunk (a call per chunk): ObjectStore's shorter path for one object.
@@ -139,7 +169,10 @@ class PooldBackend(StoragePluginInterface):
                     on_complete_callback(key)
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
+        """`force=False` (LMCache's eviction asking) leaves a pinned chunk where it is."""
         raw = _raw(key)
+        if not force and self.objects.locked(raw):
+            return False
         with self._lock:
             self._layouts.pop(raw, None)
         return self.objects.delete([raw])[0] is not None
@@ -150,7 +183,7 @@ class PooldBackend(StoragePluginInterface):
         raw = _raw(key)
         with self._lock:
             layout = self._layouts.get(raw)
-        if layout is None:
+        if layout is None or self._closed:
             return None
         obj = self.local_cpu_backend.allocate(layout.shapes, layout.dtypes, layout.fmt)
         if obj is None:  # LMCache's CPU buffer is full
@@ -162,6 +195,49 @@ class PooldBackend(StoragePluginInterface):
             return None
         obj.metadata.cached_positions = layout.cached_positions
         return obj
+
+    def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+        """Per key, its chunk or None (a miss keeps its place). The chunks of one layout, next
+        to each other, are allocated in one call and copied in one poold.kv read."""
+        raws = [_raw(k) for k in keys]
+        with self._lock:
+            layouts = [self._layouts.get(r) for r in raws]
+        if self._closed:
+            return [None] * len(keys)
+        objs: list[MemoryObj | None] = [None] * len(keys)
+        for start, end in _same_layout_runs(layouts):
+            layout = layouts[start]
+            assert layout is not None
+            got = self.local_cpu_backend.batched_allocate(layout.shapes, layout.dtypes,
+                                                          end - start, layout.fmt)
+            if got is None:  # LMCache's CPU buffer is full: the rest are misses
+                break
+            objs[start:end] = got
+        at = [i for i, o in enumerate(objs) if o is not None]
+        hits = self.objects.get_many_into([raws[i] for i in at],
+                                          [o.byte_array for o in objs if o is not None])
+        for i, hit in zip(at, hits, strict=True):
+            obj, layout = objs[i], layouts[i]
+            assert obj is not None and layout is not None
+            if hit:
+                obj.metadata.cached_positions = layout.cached_positions
+                continue
+            obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
+            objs[i] = None
+            with self._lock:
+                self._layouts.pop(raws[i], None)
+        return objs
+
+    async def batched_get_non_blocking(self, lookup_id: str, keys: list[CacheEngineKey],
+                                       transfer_spec: Any = None) -> list[MemoryObj]:
+        """LMCache's asynchronous prefetch: the chunks of the keys that hit, from the first up
+        to the first miss, copied in a thread (the event loop goes on meanwhile)."""
+        found = await asyncio.to_thread(self.batched_get_blocking, list(keys))
+        hits = next((i for i, obj in enumerate(found) if obj is None), len(found))
+        for obj in found[hits:]:
+            if obj is not None:
+                obj.ref_count_down()
+        return [obj for obj in found[:hits] if obj is not None]
 
     def pin(self, key: CacheEngineKey) -> bool:
         return bool(self.objects.lock([_raw(key)])[0])
@@ -177,4 +253,6 @@ class PooldBackend(StoragePluginInterface):
         pass  # poold.kv's LRU-K is touched by the gets themselves
 
     def close(self) -> None:
+        """Releases every lease; a get after it misses, a put is refused. Idempotent."""
+        self._closed = True
         self.objects.close()
