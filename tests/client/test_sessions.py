@@ -200,7 +200,9 @@ def test_a_failing_on_reclaim_stops_neither_renewals_nor_the_feed(url: str) -> N
         calls.append([ask.lease for ask in asks])
         raise RuntimeError("the holder's bug")
 
-    ttl = 2
+    # The session must outlive two reclaim graces (5 s each) on a loaded machine: a keepalive
+    # period of 2 s and 6 s before expiry, so one late renewal does not end it.
+    ttl = 6
     with PooldClient(url) as holder, PooldClient(url) as other, \
             holder.session(ttl_s=ttl, on_reclaim=broken) as session:
         held = {session.lease(16 * MiB, elastic=True).id: None for _ in range(4)}  # all 64 MiB
