@@ -233,6 +233,8 @@ def test_adopting_a_lost_hosts_unscrubbed_claims_frees_their_bytes_at_once_and_s
     assert {(e.actor, e.host) for e in released if e.details["claim_id"] in gave_back} == {
         ("reaper", "host-a")}
     assert a.read(lambda s, _: s.query(Claim).filter_by(state="active").count()) == 0
+    ended = a.read(lambda s, _: {c.id: c.ended_at for c in s.query(Claim)})
+    assert {ended[c] for c in claims_of_b} == {adopted_at}  # by the ledger clock, at adoption
     every_byte = [grant(a, 16 * MiB) for _ in range(4)]  # at once, without another tick
     assert sorted(x.offset for x in every_byte) == [i * 16 * MiB for i in range(4)]
     clean(a)
