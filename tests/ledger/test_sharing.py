@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import partial
 
 import pytest
+import sqlalchemy
 
 from poold import errors
 from poold.daemon import reaper
@@ -18,6 +19,7 @@ from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
+from poold.ledger.space import Catalog
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.models import Claim
@@ -256,6 +258,20 @@ def test_a_fenced_host_records_its_leases_lost_when_the_ledger_is_back(
     assert lease_view(a, lease.id).state is LeaseState.LOST
     assert grant(a, 2 * MiB).length == 2 * MiB
     clean(a)
+
+
+def test_a_lease_lost_in_a_pool_its_writer_had_not_read_yet_is_still_scrubbed(
+        make_ledger: LedgerFactory) -> None:
+    """On PostgreSQL another host can add a pool after this writer read its catalog for the
+    transaction; a lease lost there is looked up again, and zeroed before reuse like any."""
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB, scrub=True)
+    held = grant(a, 4 * MiB)
+
+    def lose_with_a_stale_catalog(tx: Tx) -> int:
+        tx.snapshot = Catalog([], [], version=tx.catalog.version)  # read before any pool
+        return sharing.lose_own_leases(tx, "fenced")
+    assert a.run(lose_with_a_stale_catalog) == 1
+    assert lease_view(a, held.id).state is LeaseState.SCRUBBING  # not granted again unzeroed
 
 
 def test_a_host_that_ticks_is_never_lost(make_ledger: LedgerFactory, clock: ManualClock) -> None:
@@ -509,6 +525,30 @@ def test_a_claim_a_lease_crosses_is_left_alone_and_the_others_are_still_trimmed(
     assert [e.host for e in released] == [b.host_id]
     assert c.read(fsck).violations != []  # a's claim, left as it was
     assert {lease_view(c, x.id).state for x in full} == {LeaseState.ACTIVE}
+
+
+def test_a_claim_whose_lease_another_transaction_is_changing_is_skipped_not_the_rest(
+        make_ledger: LedgerFactory, ledger_url: str) -> None:
+    """Trimming for room leaves alone a claim whose lease another host's transaction holds
+    locked right now (its owner is changing it) and goes on to the next claims."""
+    if not ledger_url.startswith("postgresql"):
+        pytest.skip("needs another transaction holding a lease row: SQLite locks the whole file")
+    a, b, c = hosts_on(make_ledger, 3)
+    busy = grant(a, 2 * MiB)  # a's claim: [0, 16) MiB, first on the device
+    release(b, grant(b, 2 * MiB).id)  # b's claim: [16, 32), idle
+    full = [grant(c, 16 * MiB) for _ in range(2)]  # c: [32, 64), full
+    engine = sqlalchemy.create_engine(ledger_url)
+    try:
+        with engine.connect() as other, other.begin():  # a's writer, mid-change of its lease
+            other.execute(sqlalchemy.text("SELECT id FROM leases WHERE id = :id FOR UPDATE"),
+                          {"id": busy.id})
+            taken = grant(c, 16 * MiB)  # only fits once b's idle claim is given back
+    finally:
+        engine.dispose()
+    assert (taken.offset, taken.length) == (16 * MiB, 16 * MiB)
+    released = c.read(lambda s, _: reads.events(s, kind="claim.released"))
+    assert [e.host for e in released] == [b.host_id]  # a's claim untouched
+    assert {lease_view(c, x.id).state for x in [busy, *full]} == {LeaseState.ACTIVE}
 
 
 def test_a_lost_hosts_own_device_is_neither_placed_on_nor_adopted_by_another(
