@@ -527,6 +527,24 @@ def test_a_claim_a_lease_crosses_is_left_alone_and_the_others_are_still_trimmed(
     assert {lease_view(c, x.id).state for x in full} == {LeaseState.ACTIVE}
 
 
+def test_a_host_grants_again_in_its_own_claims_that_trimming_shrank(
+        make_ledger: LedgerFactory) -> None:
+    """Trimming rebuilds the host's own claims around their leases; room freed in one later is
+    granted there, not in a new claim."""
+    (a,) = hosts_on(make_ledger, 1)
+    first = grant(a, 2 * MiB)  # claim [0, 16) MiB
+    rest = grant(a, 14 * MiB)
+    gap, kept = grant(a, 2 * MiB), grant(a, 2 * MiB)  # claim [16, 32): [16, 18), [18, 20)
+    [grant(a, 16 * MiB) for _ in range(2)]  # [32, 64): the device is all claimed
+    release(a, rest.id)
+    release(a, gap.id)
+    big = grant(a, 16 * MiB)  # fits no claim: the two are trimmed to [0, 2) and [18, 20)
+    assert (big.offset, kept.offset) == (2 * MiB, 18 * MiB)
+    release(a, first.id)
+    assert grant(a, 2 * MiB).offset == 0  # in the shrunk claim, not a new one at [20, 32)
+    clean(a)
+
+
 def test_a_claim_whose_lease_another_transaction_is_changing_is_skipped_not_the_rest(
         make_ledger: LedgerFactory, ledger_url: str) -> None:
     """Trimming for room leaves alone a claim whose lease another host's transaction holds
