@@ -116,7 +116,9 @@ def test_a_grant_waits_in_vain_when_nothing_comes_back(served: Served) -> None:
         assert alice.post("/v1/leases", json={"size": SIZE, "ttl_s": 600}).status_code == 201
     refused = bob.post("/v1/leases", json={"size": SIZE, "wait_s": 0.5})
     assert (refused.status_code, refused.json()["error"]) == (507, "NoCapacity"), refused.text
-    assert "within 0.5 s of waiting" in refused.json()["detail"]
+    assert refused.json()["detail"] == (
+        f"no free extent of {SIZE} bytes in pool 'default' within 0.5 s of waiting (elastic "
+        "leases asked back, and leases ending, did not make room)")
 
 
 def test_a_holder_closing_its_session_gives_back_what_was_asked(served: Served) -> None:

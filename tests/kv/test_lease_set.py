@@ -182,6 +182,7 @@ def test_growth_asks_for_what_the_store_was_told_and_stops_at_the_budget(
     info = client.get_lease(slab.id)
     assert (info.ttl_s, info.pool, info.labels, info.length) == (7, "default",
                                                                  {"engine": "test"}, LEASE)
+    assert client.get_session(info.session_id or "").labels == {"engine": "test"}
     grow(leases)
     assert leases.grow() is None and leases.grow() is None
     assert (leases.budget_refusals, leases.granted, leases.leased_bytes) == (2, 2, 2 * LEASE)
@@ -246,3 +247,66 @@ def test_a_lease_that_cannot_be_mapped_is_given_back_and_growth_backs_off(
 
 def _unreachable(lease_id: str) -> None:
     raise errors.TransportError(f"cannot release {lease_id}: daemon gone")
+
+
+def test_each_lease_reports_how_long_it_sat_empty(client: PooldClient) -> None:
+    """What the set's session tells the daemon, for it to ask back the coldest lease first:
+    seconds since a lease's last block went, 0 while it holds one."""
+    clock = FakeClock(10.0)
+    leases = lease_set(client, clock)
+    empty, used = grow(leases), grow(leases)
+    slot = used.alloc()
+    assert slot is not None
+    clock.now = 14.0
+    assert leases._idle_s() == {empty.id: 4.0, used.id: 0.0}
+    used.free(slot, clock.now)
+    clock.now = 15.5
+    assert leases._idle_s() == {empty.id: 5.5, used.id: 1.5}
+    close_all(leases)
+
+
+def test_leases_asked_back_are_handed_over_once_and_counted_across_asks(
+        client: PooldClient) -> None:
+    leases = lease_set(client, FakeClock(0.0))
+    first, second, kept = grow(leases), grow(leases), grow(leases)
+    leases.asked.extend([first.id, "not-a-lease-of-the-set"])
+    assert leases.take_asked() == [first] and leases.take_asked() == []
+    leases.asked.append(second.id)
+    assert leases.take_asked() == [second]
+    assert leases.reclaimed == 2 and leases.slabs == [kept]
+    for slab in (first, second):
+        slab.close("given back")
+    close_all(leases)
+
+
+def test_a_session_that_could_not_be_opened_is_opened_by_the_next_growth(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock(0.0)
+    leases = lease_set(client, clock)
+
+    def unreachable(**_kwargs: object) -> None:
+        raise errors.TransportError("daemon gone")
+    monkeypatch.setattr(client, "session", unreachable)
+    assert leases.grow() is None and leases.grow_failures == 1
+    monkeypatch.undo()
+    clock.now = 60.0  # past the back-off
+    slab = grow(leases)
+    assert client.get_session(slab.lease.info.session_id or "").state == "active"
+    close_all(leases)
+
+
+def test_closing_the_set_never_raises_when_the_daemon_cannot_hear(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    leases = lease_set(client, FakeClock(0.0))
+    slab = grow(leases)
+    session = client.get_session(slab.lease.info.session_id or "")
+
+    def gone(*_args: object, **_kwargs: object) -> None:
+        raise errors.TransportError("daemon gone")
+    for held in leases.take_all():
+        held.close("test over")
+    monkeypatch.setattr(type(leases._session), "close", gone)
+    leases.close()  # nothing raises
+    monkeypatch.undo()
+    client.raw("DELETE", f"/v1/sessions/{session.id}")
+    assert client.get_session(session.id).state == "closed"

@@ -78,6 +78,17 @@ def test_the_coldest_elastic_leases_are_asked_for_enough_bytes(ledger: Ledger,
     assert ledger.read(fsck).clean
 
 
+def test_reports_under_a_second_apart_still_order_the_coldest(ledger: Ledger) -> None:
+    held = open_(ledger)
+    pair = sorted((grant(ledger, 8 * MiB, session_id=held.id, elastic=True) for _ in range(2)),
+                  key=lambda x: x.id)
+    # The colder is the one a tie would not pick (ties go to the smaller id).
+    idle = {pair[0].id: 0.0, pair[1].id: 0.5}
+    ledger.run(partial(sessions.keepalive, session_id=held.id, actor="test", idle_s=idle))
+    assert ask(ledger, 2 * MiB).asked_bytes == 8 * MiB
+    assert [e["lease"] for e in asked_events(ledger)] == [pair[1].id]
+
+
 def test_without_reports_the_oldest_grants_are_asked_first(ledger: Ledger,
                                                            clock: ManualClock) -> None:
     first = grant(ledger, 8 * MiB, elastic=True)
