@@ -4,6 +4,8 @@ and that closing one never raises (tests/kv/test_store.py shows the same through
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from poold import errors
@@ -310,3 +312,17 @@ def test_closing_the_set_never_raises_when_the_daemon_cannot_hear(
     monkeypatch.undo()
     client.raw("DELETE", f"/v1/sessions/{session.id}")
     assert client.get_session(session.id).state == "closed"
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_only_an_elastic_set_listens_for_leases_asked_back(client: PooldClient,
+                                                          elastic: bool) -> None:
+    """Asks come over a long poll the session holds open; a set that cannot be asked (not
+    elastic) keeps no such connection and thread."""
+    leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=LEASE, ttl_s=30,
+                      idle_release_s=IDLE_S, clock=FakeClock(0.0), elastic=elastic,
+                      on_reclaim=lambda: None)
+    slab = grow(leases)
+    listener = f"poold-reclaim-{(slab.lease.info.session_id or '')[:8]}"
+    assert (listener in {t.name for t in threading.enumerate()}) is elastic
+    close_all(leases)
