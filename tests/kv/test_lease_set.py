@@ -326,3 +326,14 @@ def test_only_an_elastic_set_listens_for_leases_asked_back(client: PooldClient,
     listener = f"poold-reclaim-{(slab.lease.info.session_id or '')[:8]}"
     assert (listener in {t.name for t in threading.enumerate()}) is elastic
     close_all(leases)
+
+
+def test_a_set_says_it_waits_for_room_only_while_a_growth_waits(client: PooldClient) -> None:
+    """`waiting_for_room` lets the reclaim thread give back while a growth holds the store's
+    lock; at any other time that thread must leave the lock's holder alone."""
+    leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
+                      ttl_s=30, idle_release_s=IDLE_S, clock=FakeClock(0.0), grow_wait_s=5.0)
+    assert not leases.waiting_for_room
+    grow(leases)
+    assert not leases.waiting_for_room
+    close_all(leases)

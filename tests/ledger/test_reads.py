@@ -43,6 +43,18 @@ def test_one_devices_extents_are_its_own_and_its_figures_live(
         ledger.read(lambda s, now: reads.device_extents(s, 999, now))
 
 
+def test_leases_are_listed_newest_first_those_granted_together_by_id_up_to_the_limit(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    first = grant(ledger, "emu0", 2 * MiB)
+    clock.advance(1)
+    together = [grant(ledger, "emu0", 2 * MiB) for _ in range(5)]  # one ledger instant
+    newest_first = [*sorted(x.id for x in together), first.id]
+    assert [x.id for x in ledger.read(lambda s, now: reads.leases(s, now))] == newest_first
+    assert [x.id for x in ledger.read(lambda s, now: reads.leases(s, now, limit=2))] == \
+        newest_first[:2]
+
+
 def test_a_device_or_host_with_nothing_counts_zero(make_ledger: LedgerFactory) -> None:
     ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
     (device,) = ledger.read(reads.devices)
