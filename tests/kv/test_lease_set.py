@@ -172,6 +172,9 @@ def test_a_lease_set_is_refused_that_could_never_hold_a_block(client: PooldClien
     with pytest.raises(ValueError, match=r"^budget_bytes must allow at least one lease$"):
         LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=LEASE - 1, ttl_s=30,
                  idle_release_s=IDLE_S)
+    with pytest.raises(ValueError, match=r"^elastic leases need on_reclaim to give them back$"):
+        LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=LEASE, ttl_s=30,
+                 idle_release_s=IDLE_S, elastic=True)
 
 
 def test_growth_asks_for_what_the_store_was_told_and_stops_at_the_budget(
