@@ -55,6 +55,16 @@ def test_leases_are_listed_newest_first_those_granted_together_by_id_up_to_the_l
         newest_first[:2]
 
 
+def test_leases_listed_for_a_host_are_that_hosts_only(make_ledger: LedgerFactory) -> None:
+    shared = replace(emulated_spec(64 * MiB, "shared0"), shared=True)
+    a = make_ledger([shared], host_id="host-a", claim_slice=16 * MiB)
+    b = make_ledger([shared], host_id="host-b", claim_slice=16 * MiB)
+    mine, theirs = grant(a, "shared0", 2 * MiB), grant(b, "shared0", 2 * MiB)
+    for host, lease in (("host-a", mine), ("host-b", theirs)):
+        assert [x.id for x in a.read(lambda s, now, h=host: reads.leases(s, now, host=h))] == \
+            [lease.id]
+
+
 def test_a_device_or_host_with_nothing_counts_zero(make_ledger: LedgerFactory) -> None:
     ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
     (device,) = ledger.read(reads.devices)
