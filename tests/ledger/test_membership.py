@@ -126,6 +126,16 @@ def test_a_device_holding_leases_is_refused_naming_three_of_them(make_ledger: Le
     assert device_row(ledger, "emu0").pool == "default"
 
 
+def test_leases_on_another_device_do_not_hold_a_move(make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), emulated_spec(64 * MiB, "emu1")])
+    kept_pool(ledger)
+    ledger.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="test",
+                                                          ttl_s=600, device="emu1")))
+    move(ledger, device_row(ledger, "emu0").id)
+    assert (device_row(ledger, "emu0").pool, device_row(ledger, "emu1").pool) == (
+        "kept", "default")
+
+
 def test_another_hosts_claim_refuses_a_move_naming_that_host(make_ledger: LedgerFactory
                                                               ) -> None:
     shared = replace(emulated_spec(64 * MiB, name="shared0"), shared=True)

@@ -65,6 +65,24 @@ def test_leases_listed_for_a_host_are_that_hosts_only(make_ledger: LedgerFactory
             [lease.id]
 
 
+def test_leases_listed_by_state_go_by_the_ledger_clock_before_the_reaper(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """A lease is active until its expires_at and expired from that instant on, as the ledger
+    clock reads it, whether or not the reaper has finalised it; an ended one is its state."""
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
+    due_now = grant(ledger, "emu0", 2 * MiB, ttl_s=10)
+    later = grant(ledger, "emu0", 2 * MiB, ttl_s=11)
+    done = grant(ledger, "emu0", 2 * MiB)
+    ledger.run(partial(leases.release, lease_id=done.id, actor="test"))
+    clock.advance(10)  # due_now's expires_at, to the microsecond; nobody reaped it
+
+    def listed(state: LeaseState) -> set[str]:
+        return {x.id for x in ledger.read(lambda s, now: reads.leases(s, now, state=state))}
+    assert listed(LeaseState.ACTIVE) == {later.id}
+    assert listed(LeaseState.EXPIRED) == {due_now.id}
+    assert listed(LeaseState.RELEASED) == {done.id}
+
+
 def test_a_device_or_host_with_nothing_counts_zero(make_ledger: LedgerFactory) -> None:
     ledger = make_ledger([emulated_spec(64 * MiB, "emu0")])
     (device,) = ledger.read(reads.devices)

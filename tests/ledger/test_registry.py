@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import partial
 
 from poold.ledger import leases, reads
+from poold.ledger import queries as q
 from poold.ledger.fsck import fsck
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
@@ -44,3 +45,15 @@ def test_a_device_changed_under_its_leases_loses_them(make_ledger: LedgerFactory
     assert view(ledger, elsewhere.id).state is LeaseState.ACTIVE
     assert grant(ledger, "emu0", 64 * MiB).offset == 0  # the lost leases' bytes are free
     assert ledger.read(fsck).clean
+
+
+def test_a_lease_that_ended_meanwhile_is_not_lost_again(make_ledger: LedgerFactory) -> None:
+    """Losing a lease is a no-op once it has ended: on PostgreSQL its holder's host can end it
+    between this writer's read of the live leases and its update (the update then waits for
+    that commit and must find nothing to do)."""
+    ledger = make_ledger([EMU0])
+    ended = grant(ledger, "emu0", 4 * MiB)
+    ledger.run(partial(leases.release, lease_id=ended.id, actor="test"))
+    before = view(ledger, ended.id)
+    assert ledger.run(lambda tx: q.leases.lose_lease(tx.session, ended.id, tx.now)) == 0
+    assert view(ledger, ended.id) == before
