@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
 
 from poold import errors
 from poold.ledger import devices, leases, reads
+from poold.ledger import queries as q
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
-from poold.types import EventKind, LeaseState, MiB
+from poold.types import DeviceKind, EventKind, LeaseState, MiB
 from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 
@@ -248,3 +251,52 @@ def test_a_refused_grant_says_what_stands_in_its_way(make_ledger: LedgerFactory)
     for hints in ({"device": "emu1"}, {"numa_node": 3}):
         assert refusal(48 * MiB, **hints) == ("LeaseTooLarge: no online device matching the "
                                               "hints in pool 'default' can hold 50331648 bytes")
+
+
+def test_a_lease_another_host_expired_first_is_not_expired_again(
+        ledger: Ledger, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL another host short of room may expire this host's lease between the
+    reaper's read of the due leases and its update (sharing.make_room): the reaper then counts
+    it nowhere and records nothing more."""
+    due = grant(ledger, 2 * MiB, ttl_s=5)
+    clock.advance(6)
+    read_before = ledger.run(lambda tx: q.leases.expired_leases(tx.conn, tx.host_id, tx.now, 10))
+    assert [x.id for x in read_before] == [due.id]
+    assert ledger.run(lambda tx: q.leases.expire_lease(tx.conn, due.id, tx.now))  # the other
+    monkeypatch.setattr(q.leases, "expired_leases", lambda *_args: read_before)
+    assert ledger.run(leases.reap) == 0
+    assert ledger.read(lambda s, _: reads.events(s, kind="lease.expired")) == []
+
+
+WHOLE = replace(emulated_spec(64 * MiB, "dax0.0"), kind=DeviceKind.DEVDAX, shared=True)
+
+
+def test_a_device_handed_out_whole_is_bound_on_record_by_its_first_lease(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([WHOLE])
+    first = grant(ledger, 2 * MiB, tenant="team-a")
+    (event,) = ledger.read(lambda s, _: reads.events(s, kind="device.changed"))
+    assert (event.actor, event.host, event.device_id) == ("test", HOST, first.device_id)
+    assert event.details == {"devname": "dax0.0", "changed": {"tenant_scope": "team-a"}}
+
+
+def test_a_device_another_host_bound_meanwhile_refuses_and_frees_the_room(
+        make_ledger: LedgerFactory) -> None:
+    """Host b's catalog still shows the device free when host a's grant binds it (on
+    PostgreSQL, a commit between b's catalog read and its grant): b's grant for another tenant
+    is refused naming why, and the extent it had placed is free again for the bound tenant."""
+    a = make_ledger([WHOLE], host_id="host-a", claim_slice=16 * MiB)
+    b = make_ledger([WHOLE], host_id="host-b", claim_slice=16 * MiB)
+    before = b.run(lambda tx: tx.catalog)  # the device unbound
+    grant(a, 2 * MiB, tenant="team-a")
+
+    def grant_with(tx: Tx, tenant: str) -> LeaseView:
+        tx.snapshot = before
+        return leases.grant(tx, GrantRequest(size=2 * MiB, actor="test", ttl_s=600,
+                                             tenant=tenant))
+    with pytest.raises(errors.DeviceBound,
+                       match=r"^dax0\.0 was just bound to another tenant's leases$"):
+        b.run(partial(grant_with, tenant="team-b"))
+    again = b.run(partial(grant_with, tenant="team-a"))  # the same room, unbound by nothing
+    assert again.offset == 16 * MiB  # b's claim, first extent: the refused grant left none
+    assert b.read(fsck).clean
