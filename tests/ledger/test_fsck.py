@@ -186,6 +186,7 @@ def test_a_live_lease_past_its_expiry_is_a_warning_until_finalised(
     report = check(ledger)
     assert report.clean
     assert [w.split(" expired at ")[0] for w in report.warnings] == [f"lease {due.id}"]
+    assert report.warnings[0].endswith(" and is not finalised yet (is the daemon running?)")
 
 
 def test_a_released_lease_without_its_event_is_reported(sliced: Ledger) -> None:
@@ -287,6 +288,7 @@ def outlive_session(conn: Connection, lease: LeaseView, session_id: str) -> None
 def test_each_corruption_of_a_lease_in_a_session_is_reported(
         sliced: Ledger, corrupt: Callable[[Connection, LeaseView, str], None],
         expected: str) -> None:
+    grant(sliced, 2 * MiB)  # a plain lease, before it on the device: checked on past it
     opened = sliced.run(partial(sessions.open_session,
                                 request=sessions.OpenRequest(actor="test", ttl_s=60)))
     lease = sliced.run(partial(leases.grant, request=GrantRequest(
