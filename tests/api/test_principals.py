@@ -153,3 +153,26 @@ def test_a_lookup_that_raced_a_revocation_is_not_cached(ledger: Ledger) -> None:
             ledger.read = real_read  # type: ignore[method-assign]
         assert refused(authenticator, request(f"Bearer {bearer}")) == (
             f"token {token_id} was revoked")
+
+
+def test_a_lookup_that_raced_a_forget_all_is_not_cached(ledger: Ledger) -> None:
+    """As above when the revocation feed, having missed notifications, drops every cached
+    token while a lookup is out: twice, so that every such drop counts."""
+    authenticator = TokenAuthenticator(ledger, cache_s=3600.0)
+    real_read = ledger.read
+    for round_ in range(2):
+        token_id, bearer = token(ledger, name=f"dropped-{round_}")
+
+        def read_then_revoke(query: Any, token_id: str = token_id) -> Any:
+            found = real_read(query)
+            ledger.run(partial(tenants.revoke_token, token_id=token_id, actor="test"))
+            authenticator.forget_all()  # unheard revocations: everything is forgotten
+            return found
+
+        ledger.read = read_then_revoke  # type: ignore[method-assign]
+        try:
+            assert authenticator.authenticate(request(f"Bearer {bearer}")).tenant == "team-a"
+        finally:
+            ledger.read = real_read  # type: ignore[method-assign]
+        assert refused(authenticator, request(f"Bearer {bearer}")) == (
+            f"token {token_id} was revoked")
