@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from poold.types import MiB
 from tests.api.admin_served import Served
 from tests.daemon_fixtures import serving_daemon
@@ -200,7 +202,9 @@ def test_a_tenants_quota_in_a_pool(served: Served) -> None:
         quotas = served.admin.get("/v1/pools/default").json()["quotas"]
         assert quotas[0]["leased_bytes"] == 8 * MiB and quotas[0]["live_leases"] == 2
         # A tenant sees its own quota, not the others'.
-        served.admin.put("/v1/pools/default/quotas/team-b", json={"max_leases": 9})
+        answer = served.admin.put("/v1/pools/default/quotas/team-b", json={"max_leases": 9})
+        assert [(q["tenant"], q["leased_bytes"]) for q in answer.json()["quotas"]] == [
+            ("team-a", 8 * MiB), ("team-b", 8 * MiB)]  # a write's answer has the live figures
         assert [q["tenant"] for q in b.get("/v1/pools/default").json()["quotas"]] == ["team-b"]
         # Cleared: its global quotas alone hold again.
         cleared = served.admin.delete("/v1/pools/default/quotas/team-a")
@@ -227,3 +231,21 @@ def test_a_tenant_sees_only_the_pools_it_may_use(served: Served) -> None:
         gone = a.get("/v1/pools/closed")
         assert (gone.status_code, gone.json()["error"]) == (404, "UnknownPool")
         assert a.get("/v1/pools/private").json()["config_disagrees"] == []
+
+
+def test_a_host_agent_sees_every_pool_as_it_is(served: Served) -> None:
+    """A host agent leases for any tenant on its host: it sees restricted and retired pools
+    whole, as an admin does (but manages none)."""
+    served.admin.post("/v1/pools", json={"name": "closed", "allowed_tenants": ["team-c"]})
+    served.admin.post("/v1/pools", json={"name": "old"})
+    served.admin.delete("/v1/pools/old").raise_for_status()
+    made = served.admin.post("/v1/tokens", json={"name": "agent-1", "role": "agent"})
+    assert made.status_code == 201, made.text
+    with httpx.Client(base_url=served.url, timeout=30, headers={
+            "Authorization": f"Bearer {made.json()['bearer']}"}) as agent:
+        seen = {p["name"]: p for p in agent.get("/v1/pools",
+                                                params={"retired": "true"}).json()}
+        assert set(seen) == {"default", "closed", "old"}
+        assert seen["closed"]["allowed_tenants"] == ["team-c"]
+        assert agent.get("/v1/pools/closed").json()["allowed_tenants"] == ["team-c"]
+        assert agent.get("/v1/pools/old").json()["retired_at"] is not None
