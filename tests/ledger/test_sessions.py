@@ -3,12 +3,13 @@ one keepalive renews every lease in a session, and ending the session ends them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
 
 from poold import errors
-from poold.ledger import leases, reads, sessions
+from poold.ledger import leases, reads, reclaims, sessions
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
@@ -16,7 +17,7 @@ from poold.ledger.ledger import Ledger
 from poold.ledger.sessions import OpenRequest
 from poold.ledger.views import LeaseView, SessionView
 from poold.types import EventKind, LeaseState, MiB, SessionState
-from tests.conftest import LedgerFactory
+from tests.conftest import LedgerFactory, emulated_spec
 
 
 def open_(ledger: Ledger, ttl_s: int = 10, tenant: str | None = None) -> SessionView:
@@ -202,3 +203,28 @@ def test_live_sessions_per_tenant_are_bounded(ledger: Ledger, clock: ManualClock
     open_(ledger, tenant="a")  # a closed one no longer counts
     clock.advance(11)
     open_(ledger, tenant="a")  # nor expired ones
+
+
+def test_sessions_are_listed_by_host_and_state_by_the_ledger_clock_up_to_the_limit(
+        make_ledger: LedgerFactory, clock: ManualClock) -> None:
+    """Each with its live leases and the asks pending on them; newest first."""
+    shared = replace(emulated_spec(64 * MiB, "shared0"), shared=True)
+    a = make_ledger([shared], host_id="host-a", claim_slice=16 * MiB)
+    b = make_ledger([shared], host_id="host-b", claim_slice=16 * MiB)
+    mine = open_(a, ttl_s=60)
+    held = grant(a, 8 * MiB, session_id=mine.id, elastic=True)
+    a.run(partial(reclaims.ask, pool_name=None, size=2 * MiB, actor="waiting-grant",
+                  grace_s=5.0))
+    clock.advance(1)
+    theirs = open_(b, ttl_s=5)
+    clock.advance(5)  # theirs is past its expiry; nobody reaped it
+
+    def listed(**filters: object) -> list[SessionView]:
+        return a.read(lambda s, now: reads.sessions(s, now, **filters))  # type: ignore[arg-type]
+    (only,) = listed(host="host-a")
+    assert (only.id, only.leases, [x.lease for x in only.reclaim]) == (mine.id, [held.id],
+                                                                     [held.id])
+    assert [x.id for x in listed(state=SessionState.ACTIVE)] == [mine.id]
+    assert [x.id for x in listed(state=SessionState.EXPIRED)] == [theirs.id]
+    assert [x.id for x in listed()] == [theirs.id, mine.id]
+    assert [x.id for x in listed(limit=1)] == [theirs.id]
