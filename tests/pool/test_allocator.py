@@ -91,7 +91,9 @@ def test_double_free_and_foreign_free_are_refused() -> None:
     e = a.allocate(ALIGN)
     assert e is not None
     a.free(e)
-    with pytest.raises(AllocatorError):
+    with pytest.raises(AllocatorError, match=r"is not allocated$"):
         a.free(e)
-    with pytest.raises(AllocatorError):
+    with pytest.raises(AllocatorError, match=r"^Extent\(offset=4, length=64\) is not free$"):
         a.reserve(Extent(ALIGN, 16 * ALIGN))
+    with pytest.raises(AllocatorError, match=r"^offset 6 is not aligned to 4$"):
+        a.reserve(Extent(6, ALIGN))
