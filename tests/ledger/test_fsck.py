@@ -299,3 +299,10 @@ def test_each_corruption_of_a_lease_in_a_session_is_reported(
     violations = check(sliced).violations
     assert any(v.startswith(f"lease {lease.id} ") and expected in v for v in violations), \
         violations
+
+
+def test_the_smallest_lease_a_device_allows_is_no_violation(make_ledger: LedgerFactory) -> None:
+    """One alignment unit is a whole lease: on a byte-addressed device (align 1), one byte."""
+    ledger = make_ledger([emulated_spec(64 * MiB, "bytes0", align=1)])
+    assert grant(ledger, 1).length == 1
+    assert check(ledger).violations == []
