@@ -92,6 +92,8 @@ def test_a_device_or_host_with_nothing_counts_zero(make_ledger: LedgerFactory) -
         ledger.read(lambda s, now: reads.host(s, "nowhere", now))
     with pytest.raises(errors.UnknownPool, match=r"^no pool 'nowhere'$"):
         ledger.read(lambda s, now: reads.leases(s, now, pool="nowhere"))
+    with pytest.raises(errors.UnknownPool, match=r"^no pool 'nowhere'$"):
+        ledger.read(lambda s, now: reads.pool(s, now, "nowhere"))
 
 
 def test_lease_memory_says_the_kind_and_node_of_the_leases_device(
