@@ -3,6 +3,7 @@ one keepalive renews every lease in a session, and ending the session ends them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import partial
 
@@ -77,6 +78,7 @@ def test_keepalive_of_one_lease_renews_its_session_and_siblings(ledger: Ledger,
     clock.advance(6)
     renewed = ledger.run(partial(leases.keepalive, lease_id=first.id, ttl_s=None, actor="test"))
     assert (renewed.expires_at - clock.now()).total_seconds() == 10
+    assert (renewed.ttl_s, renewed.state) == (10, LeaseState.ACTIVE)
     assert lease(ledger, second.id).expires_at == renewed.expires_at
     assert session(ledger, opened.id).expires_at == renewed.expires_at
 
@@ -131,7 +133,7 @@ def test_revoking_revokes_its_leases(ledger: Ledger) -> None:
     revoked = ledger.run(partial(sessions.revoke, session_id=opened.id, actor="admin"))
     assert revoked.state is SessionState.REVOKED
     assert lease(ledger, granted.id).state is LeaseState.REVOKED
-    with pytest.raises(errors.LeaseNotActive):
+    with pytest.raises(errors.LeaseNotActive, match=rf"^lease {granted.id} is revoked$"):
         ledger.run(partial(leases.keepalive, lease_id=granted.id, ttl_s=None, actor="test"))
 
 
@@ -228,3 +230,16 @@ def test_sessions_are_listed_by_host_and_state_by_the_ledger_clock_up_to_the_lim
     assert [x.id for x in listed(state=SessionState.EXPIRED)] == [theirs.id]
     assert [x.id for x in listed()] == [theirs.id, mine.id]
     assert [x.id for x in listed(limit=1)] == [theirs.id]
+
+
+def test_a_lease_of_a_session_renewed_at_its_expiry_instant_has_expired(
+        ledger: Ledger, clock: ManualClock) -> None:
+    """As a plain lease: at expires_at it is expired (by the ledger clock), and renewing it is
+    refused saying when; the session is not renewed by it."""
+    opened = open_(ledger, ttl_s=10)
+    granted = grant(ledger, 2 * MiB, session_id=opened.id)
+    clock.advance(10)
+    expected = f"lease {granted.id} expired at {granted.expires_at.isoformat()}"
+    with pytest.raises(errors.LeaseExpired, match=f"^{re.escape(expected)}$"):
+        ledger.run(partial(leases.keepalive, lease_id=granted.id, ttl_s=None, actor="test"))
+    assert session(ledger, opened.id).expires_at == granted.expires_at
