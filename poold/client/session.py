@@ -188,13 +188,19 @@ class Session:
         while not self._done.is_set():
             try:
                 asks = self._client.session_reclaims(self.id, wait_s=RECLAIM_POLL_S)
-            except errors.ClientError:  # the client was closed
-                return
+            except errors.ClientError as exc:
+                # A TransportError is one too, but means the daemon is unreachable for now
+                # (restarting): only a closed client ends the listening.
+                if not isinstance(exc, errors.TransportError):
+                    return
+                failed: errors.PooldError = exc
             except errors.PooldError as exc:
-                log.debug("session.reclaim_poll_failed session=%s error=%s", self.id, exc)
-                self._done.wait(RETRY_S)
+                failed = exc
+            else:
+                self._hand_over(asks)
                 continue
-            self._hand_over(asks)
+            log.debug("session.reclaim_poll_failed session=%s error=%s", self.id, failed)
+            self._done.wait(RETRY_S)
 
     def _hand_over(self, asks: list[ReclaimAsk]) -> None:
         """Give on_reclaim the asks for leases it was not given before (each once)."""
