@@ -8,12 +8,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from api.reclaim import CROSS_HOST_POLL_S
+from poold.ledger import reclaims
 from poold.types import MiB
 from tests.api.admin_served import Served
 from tests.daemon_fixtures import serving_daemon
@@ -213,3 +216,26 @@ def test_long_polls_past_a_principals_share_are_answered_at_once(served: Served)
     assert asked in held
     alice.delete(f"/v1/leases/{asked}")
     assert waiting.result(patience(0)).status_code == 201
+
+
+def test_a_long_poll_with_nothing_asked_answers_empty_after_its_wait(served: Served) -> None:
+    alice = served.tenant("alice")
+    session, _held = fill_with_elastic(alice)
+    answer = alice.get(f"/v1/sessions/{session}/reclaims", params={"wait_s": 0.3},
+                       timeout=patience(0.3))
+    assert (answer.status_code, answer.json()) == (200, [])
+
+
+def test_a_long_poll_hears_an_ask_another_daemon_made_within_its_poll_period(
+        served: Served) -> None:
+    """Another host's daemon asks through the ledger, not through this daemon's feed: an open
+    poll reads the ledger again every CROSS_HOST_POLL_S rather than only at its wait_s."""
+    alice = served.tenant("alice")
+    session, held = fill_with_elastic(alice)
+    poll = Background(alice, "GET", f"/v1/sessions/{session}/reclaims", params={"wait_s": 60})
+    until("the poll is open",
+          lambda: served.daemon.app.state.reclaim_feed._listening.get("tenant:alice"), patience(0))
+    served.daemon.ledger.run(partial(reclaims.ask, pool_name=None, size=SIZE,
+                                     actor="waiting-grant", grace_s=30.0))
+    (asked,) = [a["lease"] for a in poll.result(patience(CROSS_HOST_POLL_S)).json()]
+    assert asked in held
