@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 
 from poold import errors
-from poold.ledger import leases, reads
+from poold.ledger import leases, pools, reads
 from poold.ledger.clock import ManualClock
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
@@ -108,3 +108,24 @@ def test_lease_memory_says_the_kind_and_node_of_the_leases_device(
         assert (view.id, view.device, found_kind, found_node) == (lease.id, devname, kind, node)
     with pytest.raises(errors.UnknownLease):
         ledger.read(lambda s, now: reads.lease_memory(s, "0" * 32, now))
+
+
+def test_pools_are_listed_live_ones_only_with_their_figures_and_quotas_by_tenant(
+        make_ledger: LedgerFactory) -> None:
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0")], claim_slice=16 * MiB)
+    for name in ("early", "late"):  # "early" is listed before "late", and retired
+        ledger.run(partial(pools.create_pool, policy=pools.PoolPolicy(
+            name=name, claim_slice=0, default_ttl_s=60, max_ttl_s=600), actor="test"))
+    ledger.run(partial(pools.retire_pool, name="early", actor="test"))
+    for tenant in ("team-z", "team-a"):
+        ledger.run(partial(pools.set_pool_quota, name="default", tenant=tenant,
+                           max_bytes=None, max_leases=9, actor="test"))
+    grant(ledger, "emu0", 2 * MiB)
+    listed = {p.name: p for p in ledger.read(lambda s, now: reads.pools(s, now))}
+    assert set(listed) == {"default", "late"}
+    shown = listed["default"]
+    assert (shown.size, shown.claimed_bytes, shown.leased_bytes, shown.free_bytes,
+            shown.available_bytes) == (64 * MiB, 16 * MiB, 2 * MiB, 48 * MiB, 62 * MiB)
+    assert [q.tenant for q in shown.quotas] == ["team-a", "team-z"]
+    assert {p.name for p in ledger.read(lambda s, now: reads.pools(s, now, retired=True))} == {
+        "default", "early", "late"}

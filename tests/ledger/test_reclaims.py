@@ -89,6 +89,17 @@ def test_reports_under_a_second_apart_still_order_the_coldest(ledger: Ledger) ->
     assert [e["lease"] for e in asked_events(ledger)] == [pair[1].id]
 
 
+def test_without_reports_coldness_is_the_last_renewal_whatever_the_ttl(
+        ledger: Ledger, clock: ManualClock) -> None:
+    """A long-lived lease renewed long ago is colder than a short one granted since: the
+    ledger's last renewal (expires_at - ttl_s), not the expiry, says which was used last."""
+    long_lived = grant(ledger, 8 * MiB, elastic=True, ttl_s=600)
+    clock.advance(1)
+    grant(ledger, 8 * MiB, elastic=True, ttl_s=10)
+    assert ask(ledger, 2 * MiB).asked_bytes == 8 * MiB
+    assert [e["lease"] for e in asked_events(ledger)] == [long_lived.id]
+
+
 def test_without_reports_the_oldest_grants_are_asked_first(ledger: Ledger,
                                                            clock: ManualClock) -> None:
     first = grant(ledger, 8 * MiB, elastic=True)
