@@ -95,8 +95,7 @@ class ObjectStore:
             return self.put_many([key], [view], session=session)[0]
         with self._lock:
             was = self._objects.get(key)
-        record = was if was is not None and was.nbytes == view.nbytes \
-            else StoredObject(key, view.nbytes, part_keys(key, view.nbytes, self.block_size))
+        record = self._record(key, view.nbytes, was)
         if not self.kv.put(record.parts[0], view):
             self._forget([record])  # as put_many: a record it held is no longer whole
             return Put.REFUSED
@@ -115,12 +114,10 @@ class ObjectStore:
             raise ValueError(f"{len(objects)} objects for {len(keys)} keys")
         if not keys:
             return []
-        size = self.block_size
         with self._lock:
             known = [self._objects.get(k) for k in keys]
-        records = [r if r is not None and r.nbytes == o.nbytes
-                   else StoredObject(k, o.nbytes, part_keys(k, o.nbytes, size))
-                   for k, o, r in zip(keys, objects, known, strict=True)]
+        records = [self._record(k, o.nbytes, r) for k, o, r in zip(keys, objects, known,
+                                                                   strict=True)]
         blocks = [b for r in records for b in r.parts]
         views = [v for o in objects for v in self._cut(o)]
         # one block (an engine that stores chunk by chunk): poold.kv's shorter path
@@ -141,6 +138,12 @@ class ObjectStore:
                     outcome.append(Put.REFUSED)
         self._forget(failed)  # half an object is no object: free what its other parts took
         return outcome
+
+    def _record(self, key: bytes, nbytes: int, known: StoredObject | None) -> StoredObject:
+        """The record a put of `nbytes` under `key` keeps: the one known, if of that size."""
+        if known is not None and known.nbytes == nbytes:
+            return known
+        return StoredObject(key, nbytes, part_keys(key, nbytes, self.block_size))
 
     def _cut(self, obj: memoryview) -> list[memoryview | bytearray]:
         """The object's parts as block-size views; the last one padded, in a copy."""

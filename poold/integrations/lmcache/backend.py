@@ -199,11 +199,11 @@ class PooldBackend(StoragePluginInterface):
     def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
         """Per key, its chunk or None (a miss keeps its place). The chunks of one layout, next
         to each other, are allocated in one call and copied in one poold.kv read."""
+        if self._closed:
+            return [None] * len(keys)
         raws = [_raw(k) for k in keys]
         with self._lock:
             layouts = [self._layouts.get(r) for r in raws]
-        if self._closed:
-            return [None] * len(keys)
         objs: list[MemoryObj | None] = [None] * len(keys)
         for start, end in _same_layout_runs(layouts):
             layout = layouts[start]
