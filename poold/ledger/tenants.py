@@ -309,7 +309,8 @@ class RevocationFeed:
         while not self._stop.is_set():
             conn = self._conn
             if conn is None:
-                if self._listen():
+                self._listen()
+                if self._conn is not None:
                     retry = RETRY_S[0]
                 else:
                     self._stop.wait(retry)
@@ -324,14 +325,14 @@ class RevocationFeed:
                 os.read(self._wake_r, 64)
             self.drain()
 
-    def _listen(self) -> bool:
+    def _listen(self) -> None:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True)
             conn.execute(f"LISTEN {REVOKED_CHANNEL}; LISTEN {HEARD_CHANNEL}")
         except psycopg.Error as exc:
             log.warning("auth.revocations_unheard error=%s: tokens are looked up per request",
                         f"{type(exc).__name__}: {exc}".strip())
-            return False
+            return
         with self._lock:
             # What arrives while psycopg itself reads (the queries drain and confirm send);
             # always with the lock held, as _take wants.
@@ -339,7 +340,6 @@ class RevocationFeed:
             self._conn = conn
             self._on_reset()  # revocations committed while nobody listened were not heard
         log.info("auth.revocations_listening pid=%d", conn.info.backend_pid)
-        return True
 
     def _drop(self, why: str) -> None:
         """Stop trusting the connection (call holding the lock)."""

@@ -4,6 +4,9 @@ again by itself (tests/api/test_auth.py shows the same between two daemons)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +16,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 
 from poold.ledger import tenants
 from poold.ledger.tenants import LISTENER_PREFIX, RETRY_S, REVOKED_CHANNEL, RevocationFeed
+from tests.multihost.tcp_proxy import TcpProxy
 from tests.timing import patience, until
 
 
@@ -112,3 +116,115 @@ def test_acknowledgements_nobody_waits_for_are_kept_only_so_many(
         assert listener(engine, host) not in feed.confirm("fresh", timeout=10)
     finally:
         feed.stop()
+
+
+def test_a_feed_waits_less_the_sooner_the_server_is_back_and_starts_over_after_listening(
+        pg_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the server refuses, attempts to listen back off from the shortest wait; once it
+    listened, the next outage starts again from the shortest wait. With waits from 0.05 s to
+    60 s, a feed that waited the longest (or never started over) would still be waiting."""
+    monkeypatch.setattr(tenants, "RETRY_S", (0.05, 60.0))
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    with TcpProxy("127.0.0.1", make_url(pg_url).port or 5432) as proxy:
+        proxy.refuse()
+        feed = RevocationFeed(proxy.url_for(pg_url), host)
+        feed.start()
+        try:
+            for outage in range(2):
+                refused = proxy.refused
+                until(f"outage {outage}: three attempts refused",
+                      lambda seen=refused: proxy.refused >= seen + 3, patience())
+                assert not feed.listening and not feed.drain()
+                proxy.heal()
+                until(f"outage {outage}: the feed listens", lambda: feed.listening, patience())
+                assert feed.drain()
+                proxy.refuse()  # the next outage cuts the connection it listens on
+        finally:
+            feed.stop()
+
+
+def test_each_drain_says_whether_the_feed_still_listens(pg_url: str, engine: Engine) -> None:
+    """A request's drain is what finds a cut connection when no listening thread runs (here:
+    the thread's one step of listening, alone): that drain already answers False, not only the
+    ones after it."""
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(pg_url, host)
+    resets: list[bool] = []
+    feed.subscribe(lambda _id: None, lambda: resets.append(feed.listening))
+    feed._listen()  # what the listening thread does first
+    try:
+        assert feed.listening and feed.drain() and resets == [True]
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"),
+                         {"pid": listener(engine, host)})
+
+        def cut() -> bool:
+            heard = feed.drain()
+            assert heard == feed.listening, "a drain answered for a connection it dropped"
+            return not heard
+
+        until("a drain finds the connection cut", cut, patience())
+        assert resets == [True, False]
+    finally:
+        if feed._conn is not None:
+            feed._conn.close()
+
+
+def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(pg_url: str, engine: Engine
+                                                                  ) -> None:
+    """One feed and one listener that never acknowledges: after the feed's own acknowledgement
+    nothing arrives to wake the wait, and confirm still answers at its timeout."""
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(pg_url, host)
+    feed.start()
+    deaf = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(
+        hide_password=False).split("?")[0], autocommit=True,
+        application_name=f"{LISTENER_PREFIX}deaf-{uuid.uuid4().hex[:8]}")
+    answer: list[set[int]] = []
+    try:
+        until("the feed listens", lambda: listener(engine, host) is not None, patience())
+        deaf.execute(f"LISTEN {REVOKED_CHANNEL}")
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'tok-alone')"), {"c": REVOKED_CHANNEL})
+        waiter = threading.Thread(target=lambda: answer.append(feed.confirm("tok-alone", 0.5)),
+                                  daemon=True)
+        waiter.start()
+        waiter.join(patience(0.5))
+        assert answer and deaf.info.backend_pid in answer[0]
+    finally:
+        deaf.close()
+        feed.stop()
+
+
+def test_the_listening_connection_carries_the_urls_password_and_keepalives(
+        pg_url: str, engine: Engine) -> None:
+    """The listener logs in as the ledger does (its password too: this test database trusts
+    any) and finds a dead server by TCP keepalive, not by a request hanging."""
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(make_url(pg_url).set(password="s3cret").render_as_string(
+        hide_password=False), host)
+    feed.start()
+    try:
+        until("the feed listens", lambda: feed.listening, patience())
+        conn = feed._conn
+        assert conn is not None
+        assert conn.info.password == "s3cret"
+        settings = conn.info.get_parameters()
+        assert settings["keepalives_idle"] == "4" and settings["connect_timeout"] == "5"
+    finally:
+        feed.stop()
+
+
+def test_a_feed_left_running_does_not_keep_its_process_alive(pg_url: str) -> None:
+    """A daemon that exits without stopping the feed (a crash path) is not held up by the
+    listening thread."""
+    script = ("import sys, time\n"
+              "from poold.ledger.tenants import RevocationFeed\n"
+              "feed = RevocationFeed(sys.argv[1], 'left-running')\n"
+              "feed.start()\n"
+              "while not feed.listening:\n"
+              "    time.sleep(0.05)\n"
+              "print('listening', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script, pg_url], capture_output=True,
+                          text=True, timeout=patience(), check=True)
+    assert done.stdout == "listening\n"

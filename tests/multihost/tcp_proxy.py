@@ -19,6 +19,7 @@ class TcpProxy:
         self.port = 0
         self.mode = "pass"
         self.accepted = 0
+        self.refused = 0  # connections closed at once, while refusing
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
         self._ready = threading.Event()
@@ -75,6 +76,7 @@ class TcpProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.mode != "pass":
+            self.refused += 1
             writer.transport.abort()
             return
         try:
