@@ -17,7 +17,8 @@ import pytest
 
 from poold import errors
 from poold.client import Mapping, PooldClient
-from poold.client.fdsocket import receive_fd
+from poold.client import lease as lease_module
+from poold.client.fdsocket import PassedFd, receive_fd
 from poold.types import MiB
 from tests.daemon_fixtures import serving_daemon
 
@@ -106,6 +107,31 @@ def test_no_descriptor_without_the_lease(daemon_dir: tuple[str, Path]) -> None:
             receive_fd(sock, mine.id, mine.token)  # released: the token is worthless now
         # Only the grant shows the token; reading a lease does not.
         assert "token" not in client.raw("GET", f"/v1/leases/{other.id}")
+
+
+def test_a_descriptor_for_another_extent_is_refused_and_closed(
+        daemon_dir: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the daemon ever pass the descriptor of another extent (here: the socket seam
+    answers with the neighbour lease's), the client maps nothing, closes what it was passed and
+    says which lease it was."""
+    url, state = daemon_dir
+    sock = str(state / "fd.sock")
+    with PooldClient(url, fd_socket=sock) as client, client.lease(2 * MiB) as mine, \
+            client.lease(2 * MiB) as other:
+        passed: list[int] = []
+
+        def neighbours(_path: str, _lease_id: str, _token: str) -> PassedFd:
+            wrong = receive_fd(sock, other.id, other.token or "")
+            passed.append(wrong.fd)
+            return wrong
+
+        monkeypatch.setattr(lease_module, "receive_fd", neighbours)
+        with pytest.raises(errors.ClientError) as refused:
+            mine.map()
+        assert str(refused.value) == f"daemon passed a different extent for {mine.id}"
+        assert len(passed) == 1
+        with pytest.raises(OSError):
+            os.fstat(passed[0])  # closed, not left open
 
 
 def _map_as_nobody(fd_socket: str, lease_id: str, token: str, map_path: str,

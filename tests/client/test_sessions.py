@@ -53,6 +53,25 @@ def test_a_lease_the_ledger_ended_is_lost_at_the_next_keepalive(client: PooldCli
         assert client.get_lease(kept.id).state == "active"
 
 
+def test_a_lost_lease_whose_ending_cannot_be_read_says_what_the_reading_met(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason a lease was lost comes from one more read of it; when that read fails too
+    (the daemon restarting, the lease pruned), the reason names what the read met."""
+    ttl = 3
+    with client.session(ttl_s=ttl) as session:
+        revoked = session.lease(2 * MiB)
+
+        def unreadable(lease_id: str) -> object:
+            raise errors.TransportError(f"GET /v1/leases/{lease_id}: connection refused")
+
+        monkeypatch.setattr(client, "get_lease", unreadable)
+        client.raw("POST", f"/v1/leases/{revoked.id}/revoke")
+        until("the session's keepalive hears of it", lambda: revoked.lost, patience(ttl))
+        with pytest.raises(errors.LeaseLost,
+                           match=r"ended in the ledger \(TransportError\): not renewed by"):
+            revoked.check()
+
+
 def test_a_lease_released_by_its_holder_is_forgotten_not_lost(client: PooldClient) -> None:
     ttl = 2
     with client.session(ttl_s=ttl) as session:

@@ -5,6 +5,7 @@ and that closing one never raises (tests/kv/test_store.py shows the same through
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -339,4 +340,27 @@ def test_a_set_says_it_waits_for_room_only_while_a_growth_waits(client: PooldCli
     assert not leases.waiting_for_room
     grow(leases)
     assert not leases.waiting_for_room
+    close_all(leases)
+
+
+@pytest.mark.parametrize(("grow_wait_s", "waits"), [(0.0, False), (0.5, True), (5.0, True)])
+def test_a_growth_says_it_waits_while_its_grant_may_wait(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch, grow_wait_s: float,
+        waits: bool) -> None:
+    """While the grant is on its way, the set says it waits for room exactly when the grant may
+    wait (any wait_s above 0, a short one too): only then may the reclaim thread give back from
+    under the growth's lock."""
+    leases = LeaseSet(client, block_size=BS, lease_bytes=LEASE, budget_bytes=2 * LEASE,
+                      ttl_s=30, idle_release_s=IDLE_S, clock=FakeClock(0.0),
+                      grow_wait_s=grow_wait_s)
+    during: list[tuple[bool, float]] = []
+    grant = client.grant
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        during.append((leases.waiting_for_room, kwargs["wait_s"]))
+        return grant(*args, **kwargs)
+
+    monkeypatch.setattr(client, "grant", watched)
+    grow(leases)
+    assert during == [(waits, grow_wait_s)] and not leases.waiting_for_room
     close_all(leases)

@@ -610,3 +610,25 @@ def test_a_lost_hosts_own_device_is_neither_placed_on_nor_adopted_by_another(
     ended = a.run(partial(leases.release, lease_id=own.id, actor="t"))  # as it ended
     assert (ended.state, ended.device, ended.host) == (LeaseState.SCRUBBING, "b-own", "host-b")
     clean(a)
+
+
+def test_a_host_trims_its_own_claim_that_another_hosts_trim_made_while_it_was_unaware(
+        make_ledger: LedgerFactory) -> None:
+    """b's claim is trimmed by a (b keeps a new, smaller claim that b's writer has not read
+    yet); b then empties it and asks for more than its stale space can place: making room, b
+    trims its own new claim, which its space never held, and answers the grant as usual."""
+    a, b, c = hosts_on(make_ledger, 3)
+    for _ in range(2):
+        grant(c, 16 * MiB)  # c: [0, 32) MiB
+    small = [grant(b, 2 * MiB) for _ in range(4)]  # b: a claim at [32, 48)
+    for lease in small[1:]:
+        release(b, lease.id)
+    grant(a, 28 * MiB)  # b's claim trimmed to [32, 34), a new claim b's space does not know
+    release(b, small[0].id)  # the new claim is idle in the ledger
+    with pytest.raises(errors.NoCapacity):
+        grant(b, 15 * MiB)  # nothing has 15 MiB in a row: [32, 34) and [62, 64) are free
+    trimmed = [e for e in b.read(lambda s, _: reads.events(s, kind="claim.released"))
+               if e.host == b.host_id and e.details.get("reason") == f"trimmed for {b.host_id}"]
+    assert [(e.details["offset"], e.details["length"]) for e in trimmed] == [(32 * MiB, 2 * MiB)]
+    assert grant(b, 2 * MiB).offset in (32 * MiB, 62 * MiB)
+    clean(a)

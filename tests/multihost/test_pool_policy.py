@@ -104,3 +104,26 @@ def test_a_host_whose_file_disagrees_logs_it_and_shows_it(
                 {"setting": "scrub_on_release", "file": True, "ledger": False}]
             b.admin.close()
         a.admin.close()
+
+
+def test_a_pool_another_host_retired_shows_as_a_disagreement_where_a_file_names_it(
+        tmp_path: Path, pg_url: str) -> None:
+    """Host b's file places a device in pool "kv"; host a (whose file does not name it) drops
+    the placement rule b's file seeded and retires the pool, which holds nothing. b's view of the
+    pool says its file and the ledger disagree."""
+    common: dict[str, Any] = {"auth": "token", "database_url": pg_url, "emulate_size": 64 * MiB}
+    with serving_daemon(tmp_path / "a", host_id="host-a", **common) as (_, url_a), \
+            serving_daemon(tmp_path / "b", host_id="host-b",
+                           device_pools={"dax-not-here.0": "kv"}, **common) as (_, url_b):
+        a, b = Daemon(url_a, tmp_path / "a"), Daemon(url_b, tmp_path / "b")
+        try:
+            assert b.admin.get("/v1/pools/kv").json()["config_disagrees"] == []
+            a.admin.put("/v1/pool-rules", json={"rules": []}).raise_for_status()
+            retired = a.admin.delete("/v1/pools/kv")
+            assert retired.status_code == 200 and retired.json()["retired_at"], retired.text
+            assert a.admin.get("/v1/pools/kv").json()["config_disagrees"] == []  # a's file: no kv
+            assert b.admin.get("/v1/pools/kv").json()["config_disagrees"] == [
+                {"setting": "retired", "file": False, "ledger": True}]
+        finally:
+            a.admin.close()
+            b.admin.close()
