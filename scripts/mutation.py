@@ -4,7 +4,8 @@
 
 Runs mutmut (pinned in the `mutation` extra) as `[tool.mutmut]` in pyproject.toml configures it:
 each mutant (one small change to one function of a module in `only_mutate`) runs against the
-tests that reach that function, fastest first, stopping at the first failure. Then it writes
+tests of its layer that reach that function (tests/mutation_order.py), fastest first, stopping
+at the first failure. Then it writes
 docs/mutation.md: per module, how many mutants were killed, survived or reached by no test,
 and every survivor's diff. A survivor listed in scripts/mutation-equivalent.toml (the function,
 the changed lines, and why no test can tell it from the original) counts as equivalent and
@@ -235,8 +236,10 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         f"{', '.join(carried_from())} (docs/mutation-results.json): a result stands while the "
         "function it mutated is unchanged, and the tests only grew since.", "",
         "Each mutant is one small change (an operator, a constant, a comparison, a dropped "
-        "argument or call) to one function of the modules below, run against the tests that "
-        "reach that function (`[tool.mutmut]` in pyproject.toml says which tests are run). "
+        "argument or call) to one function of the modules below, run against the tests of its "
+        "layer that reach that function (the ledger's and the allocator's mutants against "
+        "tests/ledger and tests/pool, the API's against tests/api, the SDK's against "
+        "tests/client, poold.kv's against tests/kv: tests/mutation_order.py), fastest first. "
         "Killed: a test failed. Timeout: the tests ran 15 times longer than on the original "
         "(counted as killed). Survived: every test passed. No tests: "
         "no selected test reaches the function. Equivalent: a survivor that no test can tell "
