@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
+from poold.integrations.lmcache.views import bytes_of
 from poold.integrations.objects import Put
 from poold.integrations.settings import SESSION_FIELD, TierSettings
 
@@ -49,11 +50,19 @@ class Layout:
     cached_positions: Any
 
 
-def _layout(obj: MemoryObj) -> Layout:
+def _layout(obj: MemoryObj, last: Layout | None = None) -> Layout:
+    """The object's layout; `last` itself when it is the same (chunks of one model are all laid
+    out alike: no new lists for each)."""
     meta = obj.metadata  # one lock taken, where get_shapes(), get_dtypes()... take one each
     if meta.shapes is None or meta.dtypes is None:
         raise ValueError(f"LMCache's memory object {obj} has no shapes or dtypes")
+    if last is not None and meta.cached_positions is None and last.cached_positions is None \
+            and meta.fmt is last.fmt and meta.shapes == last.shapes \
+            and meta.dtypes == last.dtypes:
+        return last
     return Layout(list(meta.shapes), list(meta.dtypes), meta.fmt, meta.cached_positions)
+
+
 
 
 def _same_layout_runs(layouts: Sequence[Layout | None]) -> Iterator[tuple[int, int]]:
@@ -100,6 +109,7 @@ class PooldBackend(StoragePluginInterface):
             labels={"engine": "lmcache", "tier": "storage-plugin"})
         self._lock = threading.Lock()
         self._layouts: dict[bytes, Layout] = {}
+        self._last_layout: Layout | None = None  # shared by the chunks laid out alike
         self._closed = False
 
     def __str__(self) -> str:
@@ -153,20 +163,35 @@ class PooldBackend(StoragePluginInterface):
                              f"for {len(keys)} keys")
         if self._closed:
             raise RuntimeError("PooldBackend is closing or closed: it takes no new puts")
+        if len(keys) == 1:  # chunk by chunk (a call per chunk): the shortest path
+            self._put_one(keys[0], objs[0], on_complete_callback)
+            return
         raws = [_raw(k) for k in keys]
-        session = session_of(keys)
-        # Chunk by chunk (a call per chunk): ObjectStore's shorter path for one object.
-        outcome = [self.objects.put(raws[0], objs[0].byte_array, session=session)] \
-            if len(raws) == 1 else \
-            self.objects.put_many(raws, [o.byte_array for o in objs], session=session)
-        layouts = [(raw, _layout(obj)) for raw, obj, put in zip(raws, objs, outcome, strict=True)
-                   if put is not Put.REFUSED]
+        outcome = self.objects.put_many(raws, [bytes_of(o) for o in objs],
+                                        session=session_of(keys))
+        layouts = []
+        for raw, obj, put in zip(raws, objs, outcome, strict=True):
+            if put is not Put.REFUSED:
+                self._last_layout = _layout(obj, self._last_layout)
+                layouts.append((raw, self._last_layout))
         with self._lock:
             self._layouts.update(layouts)
         if on_complete_callback is not None:
             for key, put in zip(keys, outcome, strict=True):
                 if put is Put.STORED:
                     on_complete_callback(key)
+
+    def _put_one(self, key: CacheEngineKey, obj: MemoryObj,
+                 on_complete_callback: Callable[[CacheEngineKey], None] | None) -> None:
+        raw = _raw(key)
+        put = self.objects.put(raw, bytes_of(obj), session=session_of((key,)))
+        if put is Put.REFUSED:
+            return
+        layout = self._last_layout = _layout(obj, self._last_layout)
+        with self._lock:
+            self._layouts[raw] = layout
+        if put is Put.STORED and on_complete_callback is not None:
+            on_complete_callback(key)
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         """`force=False` (LMCache's eviction asking) leaves a pinned chunk where it is."""
@@ -188,12 +213,13 @@ class PooldBackend(StoragePluginInterface):
         obj = self.local_cpu_backend.allocate(layout.shapes, layout.dtypes, layout.fmt)
         if obj is None:  # LMCache's CPU buffer is full
             return None
-        if not self.objects.get_into(raw, obj.byte_array):
+        if not self.objects.get_into(raw, bytes_of(obj)):
             obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
             with self._lock:
                 self._layouts.pop(raw, None)
             return None
-        obj.metadata.cached_positions = layout.cached_positions
+        if layout.cached_positions is not None:  # a fresh object's are None already
+            obj.metadata.cached_positions = layout.cached_positions
         return obj
 
     def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
@@ -215,7 +241,7 @@ class PooldBackend(StoragePluginInterface):
             objs[start:end] = got
         at = [i for i, o in enumerate(objs) if o is not None]
         hits = self.objects.get_many_into([raws[i] for i in at],
-                                          [o.byte_array for o in objs if o is not None])
+                                          [bytes_of(o) for o in objs if o is not None])
         for i, hit in zip(at, hits, strict=True):
             obj, layout = objs[i], layouts[i]
             assert obj is not None and layout is not None

@@ -32,6 +32,7 @@ from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface
 from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 from lmcache.v1.platform import create_event_notifier
 
+from poold.integrations.lmcache.views import bytes_of
 from poold.integrations.objects import Put
 from poold.integrations.settings import TierSettings
 
@@ -134,7 +135,7 @@ class PooldL2Adapter(L2AdapterInterface):
     def _store(self, task_id: int, keys: list[ObjectKey], objects: list[MemoryObj]) -> None:
         raw = [object_key_bytes(k) for k in keys]
         try:
-            outcome = self.objects.put_many(raw, [o.byte_array for o in objects])
+            outcome = self.objects.put_many(raw, [bytes_of(o) for o in objects])
             new = [i for i, put in enumerate(outcome) if put is Put.STORED]
             result = L2StoreResult(True, sum(objects[i].get_size() for i in new))
         except Exception:
@@ -179,7 +180,7 @@ class PooldL2Adapter(L2AdapterInterface):
 
     def _load(self, task_id: int, keys: list[ObjectKey], objects: list[MemoryObj]) -> None:
         hits = self.objects.get_many_into([object_key_bytes(k) for k in keys],
-                                          [o.byte_array for o in objects])
+                                          [bytes_of(o) for o in objects])
         bitmap = _bitmap(hits)
         accessed = [k for k, ok in zip(keys, hits, strict=True) if ok]
         if accessed:

@@ -112,6 +112,39 @@ def test_lmcache_loads_the_plugin_and_reads_chunks_back_from_poold(
     assert backend.batched_contains([keys[0], key(999), keys[1]]) == 1  # a prefix
 
 
+def test_chunks_of_two_layouts_come_back_each_as_it_was_stored(manager: StorageManager) -> None:
+    """A request's last chunk holds fewer tokens: stored between full chunks, one call each and
+    in one batch, every chunk comes back with its own shape and bytes (chunks laid out alike
+    share what the plugin keeps of their layout; a different one must not)."""
+    backend = plugin(manager)
+    cpu = backend.local_cpu_backend
+    short = torch.Size([2, 4, 96, 64])
+    gen = torch.Generator().manual_seed(11)
+    shapes = [SHAPE, short, SHAPE, short, short, SHAPE]
+    objs = []
+    for shape in shapes:
+        obj = cpu.allocate(shape, torch.bfloat16, MemoryFormat.KV_2LTD)
+        assert obj is not None and obj.tensor is not None
+        obj.tensor.view(torch.int16).copy_(torch.randint(-2**15, 2**15 - 1, shape,
+                                                         dtype=torch.int16, generator=gen))
+        objs.append(obj)
+    one_by_one = [key(1100 + i) for i in range(3)]
+    for k, obj in zip(one_by_one, objs[:3], strict=True):
+        backend.batched_submit_put_task([k], [obj])
+    batched = [key(1103 + i) for i in range(3)]
+    backend.batched_submit_put_task(batched, objs[3:])
+    keys = one_by_one + batched
+    singly = [backend.get_blocking(k) for k in keys]
+    together = backend.batched_get_blocking(keys)
+    for got in (singly, together):
+        for obj, shape, expected in zip(got, shapes, objs, strict=True):
+            assert obj is not None and obj.get_shapes() == [shape]
+            assert torch.equal(obj.tensor.view(torch.int16), expected.tensor.view(torch.int16))
+            obj.ref_count_down()
+    for obj in objs:
+        obj.ref_count_down()
+
+
 def test_a_sessions_chunks_are_evicted_last_across_its_gaps(manager: StorageManager) -> None:
     """A request tagged with its session (lmcache.tag.poold_session) holds what it stored: a
     flood of untagged chunks three times the plugin's budget evicts everything else first, and
