@@ -19,6 +19,7 @@ from tests.engines.venvs import Engine, python, sdist_tests
 
 HERE = Path(__file__).parent
 RUN_S = 900  # one engine suite, bounded
+STUCK_S = 300  # a single test running this long has its threads' stacks dumped (faulthandler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,12 +89,25 @@ class Run:
 
 def run_pytest(engine: Engine, args: list[str], *, cwd: Path, env: dict[str, str],
                plugin_dir: Path) -> Run:
-    """The engine venv's pytest, bounded."""
+    """The engine venv's pytest, bounded; a run past its bound fails with what it printed so
+    far, where a test stuck for STUCK_S has dumped every thread's stack."""
     path = os.pathsep.join([str(plugin_dir), str(HERE / "inner_shared")])
     environ = {**os.environ, **dict(engine.env), **env, "PYTHONPATH": path}
-    done = subprocess.run([str(python(engine)), "-m", "pytest", *args], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=RUN_S)
+    command = [str(python(engine)), "-m", "pytest", "-o", f"faulthandler_timeout={STUCK_S}",
+               *args]
+    try:
+        done = subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True,
+                              timeout=RUN_S)
+    except subprocess.TimeoutExpired as stuck:
+        printed = [_text(stuck.stdout)[-12000:], _text(stuck.stderr)[-12000:]]
+        pytest.fail(f"{engine.name}'s pytest ran past {RUN_S} s:\n" + "\n".join(printed),
+                    pytrace=False)
     return Run(done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a timed-out run printed (subprocess hands it over as bytes)."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def run_swapped_suite(engine: Engine, test_file: str, *, all_tests: int,

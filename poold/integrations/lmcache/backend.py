@@ -88,8 +88,10 @@ def _raw(key: CacheEngineKey) -> bytes:
 def session_of(keys: Sequence[CacheEngineKey]) -> str | None:
     """The session the request of these keys belongs to: its `lmcache.tag.poold_session` tag
     (LMCache keeps a request's tags on each of its keys), else None."""
-    tags = dict(getattr(keys[0], "tags", None) or ()) if keys else {}
-    value = tags.get(SESSION_FIELD)
+    found = getattr(keys[0], "tags", None) if keys else None
+    if not found:  # most requests carry no tags: no dict made for them
+        return None
+    value = dict(found).get(SESSION_FIELD)
     return value if isinstance(value, str) and value else None
 
 
