@@ -64,12 +64,13 @@ def metric(served: Served, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics")
 
 
-def fill_with_elastic(client: httpx.Client, count: int = 4) -> tuple[str, list[str]]:
+def fill_with_elastic(client: httpx.Client, count: int = 4, pool: str = "default"
+                      ) -> tuple[str, list[str]]:
     session = client.post("/v1/sessions", json={"ttl_s": 60}).json()["id"]
     leases = []
     for _ in range(count):
         granted = client.post("/v1/leases", json={"size": SIZE, "session_id": session,
-                                                   "elastic": True})
+                                                   "elastic": True, "pool": pool})
         assert granted.status_code == 201 and granted.json()["elastic"], granted.text
         leases.append(granted.json()["id"])
     return session, leases
@@ -104,6 +105,38 @@ def test_a_waiting_grant_gets_what_an_elastic_holder_gives_back(served: Served) 
     alice.delete(f"/v1/leases/{held[1]}")  # released again: counted once
     assert metric(served, "poold_reclaim_given_bytes_total") == SIZE
     assert metric(served, "poold_grant_wait_seconds_count") == 1
+
+
+def test_a_waiting_grant_asks_the_holders_in_its_own_pool(served: Served) -> None:
+    """The pool's one device moved to pool "other" and filled there with elastic leases: a grant
+    waiting in "other" asks their holder (not the default pool's, which holds nothing)."""
+    served.admin.post("/v1/pools", json={"name": "other", "scrub_on_release": False}
+                      ).raise_for_status()
+    (device,) = served.admin.get("/v1/devices").json()
+    served.admin.post("/v1/pools/other/devices", json={"device_id": device["id"]}
+                      ).raise_for_status()
+    alice, bob = served.tenant("alice"), served.tenant("bob")
+    session, held = fill_with_elastic(alice, pool="other")
+    feed = Background(alice, "GET", f"/v1/sessions/{session}/reclaims", params={"wait_s": 30})
+    waiting = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "pool": "other",
+                                                          "wait_s": 30})
+    (asked,) = [a["lease"] for a in feed.result(patience(GRACE_S)).json()]
+    assert asked in held
+    assert alice.delete(f"/v1/leases/{asked}").status_code == 200
+    granted = waiting.result(patience(GRACE_S))
+    assert (granted.status_code, granted.json()["pool"]) == (201, "other"), granted.text
+
+
+def test_a_waiting_grant_never_asks_its_own_sessions_leases(served: Served) -> None:
+    """Its holder is the one waiting: asking it would only make it give back to itself. With
+    nobody else's elastic leases in the pool, the wait ends in vain and nobody was asked."""
+    alice = served.tenant("alice")
+    session, held = fill_with_elastic(alice)
+    refused = alice.post("/v1/leases", json={"size": SIZE, "session_id": session,
+                                             "wait_s": 1.0})
+    assert (refused.status_code, refused.json()["error"]) == (507, "NoCapacity"), refused.text
+    assert served.admin.get("/v1/events", params={"kind": "lease.reclaim_asked"}).json() == []
+    assert {alice.get(f"/v1/leases/{x}").json()["reclaim_by"] for x in held} == {None}
 
 
 def test_without_wait_a_full_pool_refuses_at_once_and_asks_nothing(served: Served) -> None:

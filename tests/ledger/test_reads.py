@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 
 from poold import errors
-from poold.ledger import leases, pools, reads
+from poold.ledger import leases, membership, pools, reads
 from poold.ledger.clock import ManualClock
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
@@ -63,6 +63,32 @@ def test_leases_listed_for_a_host_are_that_hosts_only(make_ledger: LedgerFactory
     for host, lease in (("host-a", mine), ("host-b", theirs)):
         assert [x.id for x in a.read(lambda s, now, h=host: reads.leases(s, now, host=h))] == \
             [lease.id]
+
+
+def test_leases_listed_for_a_tenant_or_a_pool_are_theirs_only(make_ledger: LedgerFactory) -> None:
+    """The filters a tenant's reads rest on: another tenant's leases, and another pool's, are
+    never in the list."""
+    ledger = make_ledger([emulated_spec(64 * MiB, "emu0"), emulated_spec(64 * MiB, "emu1")])
+    policy = pools.PoolPolicy(name="other", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    ledger.run(partial(pools.create_pool, policy=policy, actor="t"))
+    ids = {d.devname: d.id for d in ledger.read(reads.devices)}
+    ledger.run(partial(membership.move_device, device_id=ids["emu1"], name="other", actor="t"))
+
+    def granted(tenant: str, pool: str) -> str:
+        request = GrantRequest(size=2 * MiB, actor="t", ttl_s=600, tenant=tenant, pool=pool)
+        return ledger.run(partial(leases.grant, request=request)).id
+
+    a_default, b_default = granted("a", "default"), granted("b", "default")
+    a_other = granted("a", "other")
+
+    def listed(**filters: str) -> set[str]:
+        return {x.id for x in ledger.read(lambda s, now: reads.leases(s, now, **filters))}
+
+    assert listed(tenant="a") == {a_default, a_other}
+    assert listed(tenant="b") == {b_default}
+    assert listed(pool="other") == {a_other}
+    assert listed(pool="default") == {a_default, b_default}
+    assert listed(tenant="a", pool="default") == {a_default}
 
 
 def test_leases_listed_by_state_go_by_the_ledger_clock_before_the_reaper(

@@ -45,7 +45,8 @@ def lease(ledger: Ledger, lease_id: str) -> LeaseView:
 def asked_events(ledger: Ledger) -> list[dict[str, object]]:
     found = ledger.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_RECLAIM_ASKED,
                                                   limit=1000))
-    return [dict(e.details, lease=e.lease_id, actor=e.actor) for e in reversed(found)]
+    return [dict(e.details, lease=e.lease_id, actor=e.actor, host=e.host)
+            for e in reversed(found)]
 
 
 def test_the_coldest_elastic_leases_are_asked_for_enough_bytes(ledger: Ledger,
@@ -71,6 +72,8 @@ def test_the_coldest_elastic_leases_are_asked_for_enough_bytes(ledger: Ledger,
                and e["length"] == 8 * MiB and e["session"] == held.id for e in events)
     deadline = lease(ledger, elastic[3].id).reclaim_by
     assert deadline is not None and (deadline - by).total_seconds() == GRACE_S
+    # On record under the holder's host (whose reaper revokes), with the deadline it was given.
+    assert all(e["host"] == ledger.host_id and e["by"] == deadline.isoformat() for e in events)
     # The holder hears it in its keepalive's answer, soonest deadline first.
     answer = ledger.run(partial(sessions.keepalive, session_id=held.id, actor="test"))
     assert {a.lease for a in answer.reclaim} == {elastic[2].id, elastic[3].id}

@@ -9,8 +9,9 @@ from functools import partial
 
 import pytest
 
+from poold import errors
 from poold.errors import UnknownTenant
-from poold.ledger import leases, reads, tenants
+from poold.ledger import leases, pools, reads, tenants
 from poold.ledger.clock import ManualClock
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
@@ -103,3 +104,54 @@ def test_tokens_are_listed_oldest_first_and_those_made_together_by_id(
     while together == sorted(together):
         together.append(create())
     assert [t.id for t in ledger.read(tenants.tokens)] == [*apart, *sorted(together)]
+
+
+def refused(ledger: Ledger, tenant: str, size: int) -> str:
+    with pytest.raises(errors.QuotaExceeded) as exc:
+        grant(ledger, tenant, size)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("where", ["tenant", "pool"])
+def test_a_quota_is_reached_exactly_and_refused_one_past_it(make_ledger: LedgerFactory,
+                                                             where: str) -> None:
+    """Leases up to the limit are granted, the one past it is refused saying what is held; a
+    release makes room again. The same for a tenant's global quota and its quota in a pool."""
+    ledger = make_ledger()
+
+    def limit(name: str, max_bytes: int | None, max_leases: int | None) -> None:
+        if where == "tenant":
+            set_tenant(ledger, name, max_bytes, max_leases)
+        else:
+            ledger.run(partial(pools.set_pool_quota, name="default", tenant=name,
+                               max_bytes=max_bytes, max_leases=max_leases, actor="admin:a"))
+
+    which = "its quota" if where == "tenant" else "its quota in pool 'default'"
+    limit("counted", None, 2)
+    grant(ledger, "counted", 2 * MiB)
+    grant(ledger, "counted", 2 * MiB)
+    assert refused(ledger, "counted", 2 * MiB) == \
+        f"tenant 'counted' holds 2 leases; {which} is 2"
+    limit("sized", 6 * MiB, None)
+    grant(ledger, "sized", 2 * MiB)
+    grant(ledger, "sized", 4 * MiB)  # exactly the quota
+    assert refused(ledger, "sized", 2 * MiB) == \
+        f"tenant 'sized' holds {6 * MiB} bytes; {2 * MiB} more would pass {which} of {6 * MiB}"
+    held = ledger.read(lambda s, now: reads.leases(s, now, tenant="sized"))
+    ledger.run(partial(leases.release, lease_id=held[0].id, actor="t"))
+    grant(ledger, "sized", 2 * MiB)
+
+
+def test_a_tenants_first_lease_creates_it_with_the_default_quotas(
+        make_ledger: LedgerFactory) -> None:
+    """A tenant nobody set up gets the daemon's default quotas with its first lease, on record
+    (who, where, what); they hold from that lease on."""
+    ledger = make_ledger(tenant_defaults=(4 * MiB, 3))
+    grant(ledger, "newcomer", 2 * MiB)
+    assert ledger.read(lambda s, now: tenants.tenant(s, "newcomer", now)) == TenantView(
+        name="newcomer", max_bytes=4 * MiB, max_leases=3, leased_bytes=2 * MiB, live_leases=1)
+    (made,) = ledger.read(lambda s, now: reads.events(s, kind="tenant.changed"))
+    assert (made.actor, made.host) == ("daemon", HOST)
+    assert made.details == {"tenant": "newcomer", "max_bytes": 4 * MiB, "max_leases": 3,
+                            "reason": "first lease"}
+    assert refused(ledger, "newcomer", 4 * MiB).endswith(f"of {4 * MiB}")
