@@ -38,6 +38,7 @@ class FeedClient:
         self.closes = self.keepalives = 0
         self.granted: list[dict[str, Any]] = []
         self.during_grant: Callable[[], None] | None = None
+        self.asks_in_keepalive: list[ReclaimAsk] = []
 
     def session_reclaims(self, session_id: str, wait_s: float = 0) -> list[ReclaimAsk]:
         self.waits.append(wait_s)
@@ -56,7 +57,7 @@ class FeedClient:
 
     def keepalive_session(self, session_id: str, idle_s: object = None) -> ClientSession:
         self.keepalives += 1
-        return info()
+        return info().model_copy(update={"reclaim": self.asks_in_keepalive})
 
     def grant(self, size: int, **asked: Any) -> GrantedLease:
         self.granted.append(asked)
@@ -161,3 +162,16 @@ def test_closing_ends_the_renewals_and_the_leases_and_asks_the_daemon_once() -> 
           patience(1))
     session.close()
     assert client.closes == 1
+
+
+def test_asks_in_a_keepalives_answer_are_handed_over_too() -> None:
+    """The long poll may be away (here: held open with nothing); the keepalive's answer carries
+    the session's pending asks as well, and they reach on_reclaim from there."""
+    client = FeedClient()
+    client.asks_in_keepalive = [ASK]
+    heard: list[list[str]] = []
+    session = Session(client, info().model_copy(update={"ttl_s": 3}),  # type: ignore[arg-type]
+                      on_reclaim=lambda asks: heard.append([a.lease for a in asks]))
+    until("the ask from the keepalive's answer", lambda: heard, patience(1))
+    session.close()
+    assert heard == [["l1"]]

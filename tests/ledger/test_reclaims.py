@@ -45,7 +45,7 @@ def lease(ledger: Ledger, lease_id: str) -> LeaseView:
 def asked_events(ledger: Ledger) -> list[dict[str, object]]:
     found = ledger.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_RECLAIM_ASKED,
                                                   limit=1000))
-    return [dict(e.details, lease=e.lease_id, actor=e.actor, host=e.host)
+    return [dict(e.details, lease=e.lease_id, actor=e.actor, host=e.host, device=e.device_id)
             for e in reversed(found)]
 
 
@@ -73,7 +73,8 @@ def test_the_coldest_elastic_leases_are_asked_for_enough_bytes(ledger: Ledger,
     deadline = lease(ledger, elastic[3].id).reclaim_by
     assert deadline is not None and (deadline - by).total_seconds() == GRACE_S
     # On record under the holder's host (whose reaper revokes), with the deadline it was given.
-    assert all(e["host"] == ledger.host_id and e["by"] == deadline.isoformat() for e in events)
+    assert all(e["host"] == ledger.host_id and e["by"] == deadline.isoformat()
+               and e["device"] == elastic[0].device_id for e in events)
     # The holder hears it in its keepalive's answer, soonest deadline first.
     answer = ledger.run(partial(sessions.keepalive, session_id=held.id, actor="test"))
     assert {a.lease for a in answer.reclaim} == {elastic[2].id, elastic[3].id}
@@ -131,6 +132,11 @@ def test_bytes_on_their_way_back_are_not_asked_twice(ledger: Ledger) -> None:
     assert ask(ledger, 64 * MiB) == reclaims.Asked(asked_bytes=0, pending_bytes=16 * MiB)
     assert len(asked_events(ledger)) == 2
     assert {lease(ledger, x.id).reclaim_by is not None for x in (first, second)} == {True}
+
+
+def test_one_byte_short_asks_a_whole_lease(ledger: Ledger) -> None:
+    grant(ledger, 8 * MiB, elastic=True)
+    assert ask(ledger, 1) == reclaims.Asked(asked_bytes=8 * MiB, pending_bytes=0)
 
 
 def test_nothing_elastic_nothing_asked(ledger: Ledger) -> None:
