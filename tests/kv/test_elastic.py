@@ -33,18 +33,24 @@ def test_a_full_pool_makes_room_from_an_elastic_store(client: PooldClient) -> No
         mine = make_keys(1, tag=2)
         assert busy.put_many(mine, make_blocks(1, BS, seed=2)) == [True]  # waited for room
         assert busy.get(mine[0]) == make_blocks(1, BS, seed=2)
+        # One lease is asked for; on a loaded machine a second ask has been seen once (the
+        # grant's retry, before it saw the first one's bytes back): the store gives back what
+        # it was asked, and only that, however many.
+        asked = client.events(kind="lease.reclaim_asked")
+        n = len(asked)
+        assert 1 <= n <= 2 and {e.details["length"] for e in asked} == {LEASE}
         stats = cache.stats()
-        assert (stats.leases_reclaimed, stats.reclaimed, stats.leases) == (1, PER_LEASE, 3)
-        assert stats.leased_bytes == DEVICE_BYTES - LEASE
+        assert (stats.leases_reclaimed, stats.reclaimed, stats.leases) == \
+            (n, n * PER_LEASE, 4 - n)
+        assert stats.leased_bytes == DEVICE_BYTES - n * LEASE
         got = cache.get_many(keys)
         kept = [i for i, value in enumerate(got) if value is not None]
-        assert len(kept) == blocks - PER_LEASE
+        assert len(kept) == blocks - n * PER_LEASE
         assert all(got[i] == block(data, i, BS) for i in kept)  # never another's bytes
-        asked = client.events(kind="lease.reclaim_asked")
-        assert len(asked) == 1 and asked[0].details["length"] == LEASE
-        (given,) = [e for e in client.events(lease_id=asked[0].lease_id)
-                    if e.kind == "lease.released"]
-        assert given.actor != "reclaimer"  # given back by the store, not revoked
+        for ask in asked:
+            (given,) = [e for e in client.events(lease_id=ask.lease_id)
+                        if e.kind == "lease.released"]
+            assert given.actor != "reclaimer"  # given back by the store, not revoked
 
 
 def test_a_store_that_is_not_elastic_is_never_asked(client: PooldClient) -> None:
