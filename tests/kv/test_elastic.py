@@ -50,7 +50,8 @@ def test_a_full_pool_makes_room_from_an_elastic_store(client: PooldClient) -> No
         assert all(got[i] == block(data, i, BS) for i in kept)  # never another's bytes
         given = [e for ask in asked for e in client.events(lease_id=ask.lease_id)
                  if e.kind == "lease.released"]
-        assert len(given) == n and all(e.actor != "reclaimer" for e in given)
+        # read after the stats: the store may have answered the second ask in between
+        assert n <= len(given) <= len(asked) and all(e.actor != "reclaimer" for e in given)
 
 
 def test_a_store_that_is_not_elastic_is_never_asked(client: PooldClient) -> None:
