@@ -63,8 +63,6 @@ def _layout(obj: MemoryObj, last: Layout | None = None) -> Layout:
     return Layout(list(meta.shapes), list(meta.dtypes), meta.fmt, meta.cached_positions)
 
 
-
-
 def _same_layout_runs(layouts: Sequence[Layout | None]) -> Iterator[tuple[int, int]]:
     """[start, end) of each run of known chunks laid out alike (one allocation serves it)."""
     i, n = 0, len(layouts)
@@ -174,8 +172,7 @@ class PooldBackend(StoragePluginInterface):
         layouts = []
         for raw, obj, put in zip(raws, objs, outcome, strict=True):
             if put is not Put.REFUSED:
-                self._last_layout = _layout(obj, self._last_layout)
-                layouts.append((raw, self._last_layout))
+                layouts.append((raw, self._layout_of(obj)))
         with self._lock:
             self._layouts.update(layouts)
         if on_complete_callback is not None:
@@ -189,11 +186,16 @@ class PooldBackend(StoragePluginInterface):
         put = self.objects.put(raw, bytes_of(obj), session=session_of((key,)))
         if put is Put.REFUSED:
             return
-        layout = self._last_layout = _layout(obj, self._last_layout)
+        layout = self._layout_of(obj)
         with self._lock:
             self._layouts[raw] = layout
         if put is Put.STORED and on_complete_callback is not None:
             on_complete_callback(key)
+
+    def _layout_of(self, obj: MemoryObj) -> Layout:
+        """The object's layout, shared with the chunks stored before it when they are alike."""
+        self._last_layout = _layout(obj, self._last_layout)
+        return self._last_layout
 
     def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         """`force=False` (LMCache's eviction asking) leaves a pinned chunk where it is."""
