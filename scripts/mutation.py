@@ -16,7 +16,8 @@ mutated is unchanged. A full run takes longer than a working session on 2 cores,
 also go to docs/mutation-results.json (committed): a fresh clone seeds ./mutants from it and
 checks only what is new or changed, and the report names the commits the results came from.
 A survivor stays a survivor until it is run again: after writing tests for survivors,
---retry-survivors runs every one of them again. Not part of CI. Exit status 1 when the score is
+--retry-survivors forgets their results and runs them again, in the same mutmut run as
+everything not checked yet (one clean run of the tests, not two). Not part of CI. Exit status 1 when the score is
 under --min-score or some mutants were not checked (a run stopped early).
 """
 
@@ -75,12 +76,12 @@ class Mutant:
         return "not checked" if self.exit_code is None else f"suspicious ({self.exit_code})"
 
 
-def run_mutmut(max_children: int, names: list[str]) -> float:
-    """mutmut run (of the named mutants only, if any), its progress spinner to mutation-run.log;
+def run_mutmut(max_children: int) -> float:
+    """mutmut run (of every mutant without a result), its progress spinner to mutation-run.log;
     seconds it took."""
     started = time.monotonic()
     with LOG.open("w") as log:
-        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children), *names],
+        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
         tail = LOG.read_text(errors="replace")[-3000:]
@@ -133,6 +134,22 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
         before["commits"] else list(before["commits"])
     path.write_text(json.dumps({"mutmut": mutmut_version(), "commits": commits,
                                 "modules": modules}, indent=1) + "\n")
+
+
+def forget_survivors(root: Path = ROOT) -> int:
+    """Drop the survivors' results from root/mutants' per-module files, so that the next mutmut
+    run checks them again with everything else undecided; how many were dropped."""
+    dropped = 0
+    for meta in sorted((root / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        survivors = [k for k, v in data["exit_code_by_key"].items() if v in SURVIVED]
+        for key in survivors:
+            del data["exit_code_by_key"][key]
+            data["durations_by_key"].pop(key, None)
+        if survivors:
+            meta.write_text(json.dumps(data))
+        dropped += len(survivors)
+    return dropped
 
 
 def carried_from(root: Path = ROOT) -> list[str]:
@@ -278,16 +295,16 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="write docs/mutation.md from the last run's results")
     parser.add_argument("--retry-survivors", action="store_true",
-                        help="run every survivor again (after tests were written for them)")
+                        help="run every survivor again, with whatever was not checked yet "
+                             "(after tests were written for them)")
     args = parser.parse_args()
     took = None
     if not args.report_only:
         if seeded := seed():
             print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
-        survivors = [m.name for m in mutants() if m.status == "survived"]
-        if args.retry_survivors and not survivors:
-            sys.exit("--retry-survivors: no survivor to run again")
-        took = run_mutmut(args.max_children, survivors if args.retry_survivors else [])
+        if args.retry_survivors:
+            print(f"{forget_survivors()} survivors to run again")
+        took = run_mutmut(args.max_children)
     found = mutants()
     if not found:
         sys.exit(f"no mutants: did mutmut run? (see {LOG})")

@@ -96,3 +96,20 @@ def test_no_results_file_seeds_nothing(mutation: ModuleType, tmp_path: Path) -> 
     assert mutation.seed(tmp_path) == 0
     assert not (tmp_path / "mutants").exists()
     assert mutation.carried_from(tmp_path) == []
+
+
+def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
+                                                       tmp_path: Path) -> None:
+    codes = {"poold.ledger.leases.x_grant__mutmut_1": 1,
+             "poold.ledger.leases.x_grant__mutmut_2": 0,
+             "poold.ledger.leases.x_release__mutmut_1": None}
+    path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(meta(codes)))
+    assert mutation.forget_survivors(tmp_path) == 1
+    kept = json.loads(path.read_text())
+    # a key mutmut finds without a result is one it runs; the killed one's result stands
+    assert kept["exit_code_by_key"] == {"poold.ledger.leases.x_grant__mutmut_1": 1,
+                                        "poold.ledger.leases.x_release__mutmut_1": None}
+    assert "poold.ledger.leases.x_grant__mutmut_2" not in kept["durations_by_key"]
+    assert kept["hash_by_function_name"] == meta(codes)["hash_by_function_name"]
