@@ -17,8 +17,8 @@ also go to docs/mutation-results.json (committed): a fresh clone seeds ./mutants
 checks only what is new or changed, and the report names the commits the results came from.
 A survivor stays a survivor until it is run again: after writing tests for survivors,
 --retry-survivors forgets their results and runs them again, in the same mutmut run as
-everything not checked yet (one clean run of the tests, not two). Not part of CI. Exit status 1 when the score is
-under --min-score or some mutants were not checked (a run stopped early).
+everything not checked yet (one clean run of the tests, not two). Not part of CI. Exit status 1
+when the score is under --min-score or some mutants were not checked (a run stopped early).
 """
 
 from __future__ import annotations

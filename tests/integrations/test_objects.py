@@ -171,6 +171,27 @@ def test_part_keys_name_the_object_its_size_and_the_part() -> None:
     assert part_keys(b"k", 1, BLOCK) != part_keys(b"k", 2, BLOCK)
     assert set(a).isdisjoint(part_keys(b"k2", 3 * BLOCK, BLOCK))
     assert len(part_keys(b"k", 0, BLOCK)) == 1
+    assert part_keys(b"k", BLOCK, BLOCK) == (b"k",)  # one whole block: its own part
+    digest_long = part_keys(b"a", 2 * BLOCK, BLOCK)[0]  # a key as long as a hashed part
+    assert part_keys(digest_long, BLOCK, BLOCK) != (digest_long,)
+
+
+def test_a_whole_block_object_is_never_taken_for_another(store: ObjectStore) -> None:
+    """A whole-block object is stored under its own key: an object of another size under that
+    key, and one whose key is another object's hashed part, each come back as stored."""
+    whole, shorter = payload(BLOCK, 1), payload(BLOCK - 1, 2)
+    assert store.put(b"k", whole) is Put.STORED
+    assert store.put_many([b"k"], [shorter]) == [Put.STORED]  # the same key, another size
+    out = memoryview(bytearray(BLOCK - 1))
+    assert store.get_into(b"k", out) and out == shorter
+    two = payload(2 * BLOCK, 3)
+    assert store.put_many([b"a"], [two]) == [Put.STORED]
+    named_like_a_part = part_keys(b"a", 2 * BLOCK, BLOCK)[0]
+    assert store.put(named_like_a_part, whole) is Put.STORED
+    back = memoryview(bytearray(2 * BLOCK))
+    assert store.get_into(b"a", back) and back == two
+    alone = memoryview(bytearray(BLOCK))
+    assert store.get_into(named_like_a_part, alone) and alone == whole
 
 
 def test_an_object_whose_lease_is_asked_back_is_a_miss_whole(client: PooldClient) -> None:
