@@ -49,12 +49,12 @@ from poold.daemon.hotplug import HotplugWatcher
 from poold.daemon.leasemem import LeaseMemory, recover_memory
 from poold.daemon.nodemem import NodeAllocator
 from poold.daemon.regions import RegionLeases
-from poold.daemon.scrub import POLL_S as SCRUB_POLL_S
+from poold.daemon.scrub import GAP_S as SCRUB_GAP_S
 from poold.daemon.scrub import Scrubber
 from poold.daemon.sdnotify import Notifier, keep_watchdog
 from poold.daemon.serving import serve
 from poold.daemon.statedir import StateDir
-from poold.daemon.tasks import every
+from poold.daemon.tasks import every, when_woken
 from poold.errors import LedgerUnavailable
 from poold.inventory import DeviceSpec, spec_from_emulated, specs_from_topology
 from poold.ledger import membership, pools, reads, registry, retention
@@ -335,9 +335,16 @@ class Daemon:
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         s = self.settings
+        # The scrubber runs at start (what was left, what ended while starting), then as this
+        # daemon's writer ends leases (their bytes or memfds wait for it), and each reaper
+        # interval for those another host's daemon ended.
+        scrub_wanted = asyncio.Event()
+        scrub_wanted.set()
+        self.ledger.writer.on_leases_ended = partial(_wake, asyncio.get_running_loop(),
+                                                     scrub_wanted)
         tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick)),
-                 asyncio.create_task(every(min(SCRUB_POLL_S, s.reap_interval_s), "scrubber",
-                                           self.scrubber.run_once))]
+                 asyncio.create_task(when_woken(scrub_wanted, s.reap_interval_s, SCRUB_GAP_S,
+                                                "scrubber", self.scrubber.run_once))]
         tasks.append(asyncio.create_task(every(s.prune_interval_s, "retention", self.prune)))
         tasks.append(asyncio.create_task(every(s.capacity_sample_s, "capacity-history",
                                                self.sample_capacity)))
@@ -363,6 +370,7 @@ class Daemon:
                 self.revocations.stop()
             if self.hotplug is not None:
                 self.hotplug.stop()
+            self.ledger.writer.on_leases_ended = None
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -382,6 +390,12 @@ class Daemon:
     def serve(self) -> None:
         """Serve the API until a signal stops it (poold.daemon.serving)."""
         serve(self.app, self.settings, self.notifier)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    """Set an event of the serving loop from another thread (the ledger writer's)."""
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(event.set)
 
 
 def _rate_limiter(s: Settings) -> RateLimiter | None:

@@ -38,9 +38,11 @@ log = logging.getLogger(__name__)
 
 CHUNK = 64 * MiB          # mapped and zeroed at a time: bounded address space, cheap progress
 PROGRESS_EVERY_S = 0.25   # how often a long scrub records how far it got
-# How often the scrubber looks for work: released bytes are unusable until zeroed, so under
-# churn a slow pass strands capacity (a 1 s pass let 500 releases/s of 2 MiB fill a 1 GiB pool).
-POLL_S = 0.1
+# The scrubber runs when this daemon's ledger writer ended leases, at most once per GAP_S:
+# released bytes are unusable until zeroed, so under churn a slow pass strands capacity (a 1 s
+# pass let 500 releases/s of 2 MiB fill a 1 GiB pool). Without a wake it looks every reaper
+# interval, for leases of this host that another host's daemon ended (none announces that).
+GAP_S = 0.1
 
 
 class Scrubber:

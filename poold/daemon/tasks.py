@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -23,3 +24,21 @@ async def every(period_s: float, name: str, action: Callable[[], object]) -> Non
         except Exception:
             log.exception("task.failed task=%s", name)
         await asyncio.sleep(period_s)
+
+
+async def when_woken(wake: asyncio.Event, idle_s: float, gap_s: float, name: str,
+                     action: Callable[[], object]) -> None:
+    """Run a blocking `action` in a worker thread each time `wake` is set, and every `idle_s`
+    without a wake (for what nobody announces); passes at least `gap_s` apart, so a burst of
+    wakes is one pass. Failures are logged as `every`'s."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), idle_s)
+        wake.clear()  # a wake during the pass asks for the next one
+        try:
+            await asyncio.to_thread(action)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task.failed task=%s", name)
+        await asyncio.sleep(gap_s)

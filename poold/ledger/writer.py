@@ -92,6 +92,9 @@ class LedgerWriter:
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._gate = threading.Lock()  # orders submit() against stop()
+        # Called (in the writer's thread) after a transaction that ended leases committed: the
+        # daemon's scrubber wakes on it rather than polling the ledger.
+        self.on_leases_ended: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-writer", daemon=True)
@@ -243,6 +246,8 @@ class LedgerWriter:
             finally:
                 session.close()
         self._catalog = tx.snapshot
+        if tx.ended and self.on_leases_ended is not None:
+            self.on_leases_ended()
         return outcomes
 
     def _connection(self) -> Connection:

@@ -8,6 +8,7 @@ that ends is zeroed through its device, which is then destroyed, before its exte
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,10 +64,14 @@ def zeroed(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return done
 
 
+async def no_background_scrubber(*_args: object) -> None:
+    await asyncio.Event().wait()  # until the lifespan cancels it
+
+
 @pytest.fixture
 def api(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    # The test runs the scrubber itself: its background poll would race the test's own pass.
-    monkeypatch.setattr(app_module, "SCRUB_POLL_S", 3600.0)
+    # The test runs the scrubber itself: a background pass would race the test's own.
+    monkeypatch.setattr(app_module, "when_woken", no_background_scrubber)
     with TestClient(daemon.app, raise_server_exceptions=False) as client:
         yield client
 
@@ -120,7 +125,7 @@ def test_in_a_pool_that_does_not_scrub_the_device_still_goes_first(
         tmp_path: Path, kernel: FakeKernel, ledger_url: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     daemon = make_daemon(tmp_path, kernel, ledger_url, unscrubbed_pools=["default"])
-    monkeypatch.setattr(app_module, "SCRUB_POLL_S", 3600.0)
+    monkeypatch.setattr(app_module, "when_woken", no_background_scrubber)
     zeroed: list[ScrubJob] = []
     monkeypatch.setattr(daemon.scrubber, "_zero", lambda job, _maps: zeroed.append(job))
     try:
@@ -157,7 +162,6 @@ def test_admins_cannot_carve_a_region_poold_carves(api: TestClient) -> None:
 def test_a_restart_finds_each_lease_its_device_and_drops_what_is_nobodys(
         tmp_path: Path, kernel: FakeKernel, ledger_url: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_module, "SCRUB_POLL_S", 3600.0)
     first = make_daemon(tmp_path, kernel, ledger_url)
     with TestClient(first.app) as api:
         kept, gone = grant(api, 64 * MiB), grant(api, 64 * MiB)

@@ -20,6 +20,7 @@ from poold.errors import NoCapacity
 from poold.inventory import DeviceSpec
 from poold.types import DeviceKind, MiB
 from tests.daemon_fixtures import serving_daemon
+from tests.timing import patience, until
 
 SIZE = 64 * MiB
 
@@ -167,3 +168,32 @@ def _add_devdax(daemon: Daemon, monkeypatch: pytest.MonkeyPatch, path: Path,
     found = daemon.discover
     monkeypatch.setattr(daemon, "discover", lambda: [*found(), spec])
     daemon.rescan()
+
+
+def test_the_scrubber_runs_when_leases_end_not_on_a_timer(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle daemon does not look for scrub work (its reaper interval, the fallback, is an
+    hour here); a release wakes the scrubber at once, which zeroes and frees the bytes."""
+    passes: list[int] = []
+    run_once = scrub.Scrubber.run_once
+
+    def counted(self: scrub.Scrubber) -> int:
+        passes.append(run_once(self))
+        return passes[-1]
+
+    monkeypatch.setattr(scrub.Scrubber, "run_once", counted)
+    with serving_daemon(tmp_path, emulate_size=SIZE, reap_interval_s=3600) as (_daemon, url), \
+            PooldClient(url) as client:
+        until("the pass at start", lambda: len(passes) == 1, patience(10))
+        time.sleep(0.5)  # what a poll every 0.1 s would have filled with passes
+        assert passes == [0]
+        lease = client.lease(SIZE, ttl_s=60, keepalive=False)
+        with lease.map() as mapping:
+            mapping.buffer[:] = b"\xa5" * SIZE
+        assert client.release(lease.id).state == "scrubbing"
+        until("the release is scrubbed",
+              lambda: client.get_lease(lease.id).state == "released", patience(10))
+        assert passes == [0, 1]
+        again = client.lease(SIZE, ttl_s=60, keepalive=False)  # the same bytes, zeroed
+        with again.map() as mapping:
+            assert mapping.buffer[:] == bytes(SIZE)

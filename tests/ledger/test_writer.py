@@ -282,3 +282,39 @@ def waits_on_a_lock(url: str, backend: int) -> bool:
     finally:
         engine.dispose()
     return waiting == "Lock"
+
+
+def test_the_writer_says_when_a_committed_transaction_ended_leases(
+    make_ledger: LedgerFactory,
+) -> None:
+    """What wakes the daemon's scrubber: told after the commit of each transaction that ended
+    a lease (released, revoked, expired), once whatever their number; not for grants, nor for
+    a transaction rolled back."""
+    ledger = make_ledger([emulated_spec(512 * MiB)])
+    told: list[bool] = []
+
+    def tell() -> None:  # in the writer's thread, after the commit: the release is on record
+        told.append(ledger.read(lambda s, now: reads.lease(s, first.id, now)).state
+                    is not LeaseState.ACTIVE)
+
+    ledger.writer.on_leases_ended = tell
+    first, second = ledger.run(grant_command()), ledger.run(grant_command())
+    assert told == []
+    with writer_held(ledger):  # both releases in one transaction
+        ends = [ledger.submit(partial(leases.release, lease_id=x.id, actor="test"))
+                for x in (first, second)]
+    assert [f.result(30).state for f in ends] == [LeaseState.RELEASED] * 2
+    assert told == [True]
+    third = ledger.run(grant_command())
+    ledger.run(partial(leases.revoke, lease_id=third.id, actor="admin"))
+    assert told == [True, True]
+
+    def ends_then_fails(tx: Tx) -> None:
+        leases.release(tx, fourth.id, "test")
+        raise RuntimeError("a bug after the release: the transaction is rolled back")
+
+    fourth = ledger.run(grant_command())
+    with pytest.raises(RuntimeError):
+        ledger.run(ends_then_fails)
+    assert told == [True, True]
+    assert ledger.read(lambda s, now: reads.lease(s, fourth.id, now)).state is LeaseState.ACTIVE
