@@ -13,12 +13,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
+
+# What the clock reads the database through: a read's session, or the writer's connection.
+Db = Session | Connection
 
 
 class LedgerClock(Protocol):
-    def now(self, session: Session) -> datetime: ...
+    def now(self, db: Db) -> datetime: ...
 
 
 def host_now() -> datetime:
@@ -32,9 +35,10 @@ class DatabaseClock:
     def __init__(self, host_clock: Callable[[], datetime] = host_now) -> None:
         self._host_clock = host_clock
 
-    def now(self, session: Session) -> datetime:
-        if session.get_bind().dialect.name == "postgresql":
-            value = session.execute(select(func.clock_timestamp())).scalar_one()
+    def now(self, db: Db) -> datetime:
+        bind = db.get_bind() if isinstance(db, Session) else db
+        if bind.dialect.name == "postgresql":
+            value = db.execute(select(func.clock_timestamp())).scalar_one()
             assert isinstance(value, datetime)
             return value.astimezone(UTC)
         return self._host_clock()
@@ -47,7 +51,7 @@ class ManualClock:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
         self._lock = threading.Lock()
 
-    def now(self, session: Session | None = None) -> datetime:
+    def now(self, db: Db | None = None) -> datetime:
         with self._lock:
             return self._now
 

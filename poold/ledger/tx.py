@@ -28,7 +28,8 @@ class Tx:
 
     Lease commands queue their events with `event`; `flush` writes them before the commit.
     Commands off the hot path (registration, inventory) use `session`, an ORM session joined to
-    the same transaction; using it drops the catalog snapshot, since they change pools and devices.
+    the same transaction, made at first use (the hot path's Core statements need none); using it
+    drops the catalog snapshot, since they change pools and devices.
     """
 
     conn: Connection
@@ -36,7 +37,7 @@ class Tx:
     space: HostSpace
     host_id: str
     default_pool: str
-    orm: Session
+    orm: Session | None = None
     snapshot: Catalog | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     session_used: bool = False
@@ -56,6 +57,8 @@ class Tx:
 
     @property
     def session(self) -> Session:
+        if self.orm is None:  # joins the connection's transaction; never commits or ends it
+            self.orm = Session(bind=self.conn, expire_on_commit=False)
         if self.events:  # keep the audit log in command order
             self.orm.flush()
             self._insert_events()
@@ -63,10 +66,15 @@ class Tx:
         self.snapshot = None
         return self.orm
 
+    def close(self) -> None:
+        """Close the ORM session if one was made (the writer, as the transaction ends)."""
+        if self.orm is not None:
+            self.orm.close()
+
     @property
     def catalog(self) -> Catalog:
         if self.snapshot is None:
-            if self.session_used:
+            if self.session_used and self.orm is not None:
                 self.orm.flush()  # what a registry command changed is part of the snapshot
             self.snapshot = Catalog(*q.pools.catalog(self.conn, self.host_id))
         return self.snapshot
@@ -95,7 +103,7 @@ class Tx:
     def command_done(self) -> None:
         """After each command: write what it did through the session, drop a snapshot it may
         have made stale."""
-        if self.session_used:
+        if self.session_used and self.orm is not None:
             self.orm.flush()
             self.session_used = False
             self.snapshot = None

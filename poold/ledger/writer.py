@@ -215,21 +215,20 @@ class LedgerWriter:
         outcomes: list[tuple[bool, Any]] = []
         conn = self._connection()
         with conn.begin():
-            # Joins the connection's transaction; it never commits or ends it.
-            session = Session(bind=conn, expire_on_commit=False)
-            try:
-                now = self._clock.now(session)
-                if self._space is None:
+            now = self._clock.now(conn)
+            if self._space is None:
+                with Session(bind=conn) as session:  # joins the transaction, never ends it
                     self._space = self._rebuild_space(session)
-                if (self._catalog is not None
-                        and q.pools.catalog_version(conn) != self._catalog.version):
-                    self._catalog = None  # an admin changed pools (through any daemon)
-                tx = Tx(conn, now, self._space, self._host_id, self._default_pool, session,
-                        self._catalog, held=self.held_devices,
-                        tenant_defaults=self._tenant_defaults)
-                if self._liveness is not None:
-                    tx.fenced = self._liveness.fenced
-                    tx.lost_after_s = self._liveness.lost_after_s
+            if (self._catalog is not None
+                    and q.pools.catalog_version(conn) != self._catalog.version):
+                self._catalog = None  # an admin changed pools (through any daemon)
+            tx = Tx(conn, now, self._space, self._host_id, self._default_pool, None,
+                    self._catalog, held=self.held_devices,
+                    tenant_defaults=self._tenant_defaults)
+            if self._liveness is not None:
+                tx.fenced = self._liveness.fenced
+                tx.lost_after_s = self._liveness.lost_after_s
+            try:
                 for item in batch:
                     if not (item.future.running() or item.future.set_running_or_notify_cancel()):
                         # The caller gave up before its turn (client gone): do not act for nobody.
@@ -244,7 +243,7 @@ class LedgerWriter:
                     tx.command_done()
                 tx.flush()
             finally:
-                session.close()
+                tx.close()
         self._catalog = tx.snapshot
         if tx.ended and self.on_leases_ended is not None:
             self.on_leases_ended()
