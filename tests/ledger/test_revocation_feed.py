@@ -27,6 +27,24 @@ def engine(pg_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture
+def quiet_db(pg_url: str) -> Iterator[str]:
+    """A database of this test's own: notifications are per database, so no other test's
+    daemons (mutation testing runs several at once) can wake a wait this test means to see
+    end at its timeout."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(pg_url.split("?")[0], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield make_url(pg_url.split("?")[0]).set(database=name).render_as_string(
+            hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
 def listener(engine: Engine, host: str) -> int | None:
     with engine.connect() as conn:
         pid = conn.execute(text("SELECT pid FROM pg_stat_activity WHERE application_name = :n"),
@@ -170,16 +188,16 @@ def test_each_drain_says_whether_the_feed_still_listens(pg_url: str, engine: Eng
             feed._conn.close()
 
 
-def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(pg_url: str, engine: Engine
-                                                                  ) -> None:
+def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(quiet_db: str) -> None:
     """One feed and one listener that never acknowledges: after the feed's own acknowledgement
     nothing arrives to wake the wait, and confirm still answers at its timeout."""
     host = f"feed-{uuid.uuid4().hex[:8]}"
-    feed = RevocationFeed(pg_url, host)
+    feed = RevocationFeed(quiet_db, host)
     feed.start()
-    deaf = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(
-        hide_password=False).split("?")[0], autocommit=True,
+    deaf = psycopg.connect(make_url(quiet_db).set(drivername="postgresql").render_as_string(
+        hide_password=False), autocommit=True,
         application_name=f"{LISTENER_PREFIX}deaf-{uuid.uuid4().hex[:8]}")
+    engine = create_engine(quiet_db)
     answer: list[set[int]] = []
     try:
         until("the feed listens", lambda: listener(engine, host) is not None, patience())
@@ -194,6 +212,7 @@ def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(pg_url: str, en
     finally:
         deaf.close()
         feed.stop()
+        engine.dispose()
 
 
 def test_the_listening_connection_carries_the_urls_password_and_keepalives(
@@ -228,3 +247,12 @@ def test_a_feed_left_running_does_not_keep_its_process_alive(pg_url: str) -> Non
     done = subprocess.run([sys.executable, "-c", script, pg_url], capture_output=True,
                           text=True, timeout=patience(), check=True)
     assert done.stdout == "listening\n"
+    # Why: its listening thread is a daemon thread, which the interpreter does not wait for
+    # at exit (checked here too, in this process, where mutation testing sees the call).
+    feed = RevocationFeed(pg_url, "in-process")
+    feed.start()
+    try:
+        daemons = [t.daemon for t in threading.enumerate() if t.name == "revocations"]
+        assert daemons and all(daemons)
+    finally:
+        feed.stop()
