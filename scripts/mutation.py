@@ -1,6 +1,7 @@
 """Mutation testing of the modules that carry poold's guarantees; the score goes to docs/.
 
     scripts/mutation [--max-children N] [--min-score 90] [--report-only] [--retry-survivors]
+                     [--only PATTERN]
 
 Runs mutmut (pinned in the `mutation` extra) as `[tool.mutmut]` in pyproject.toml configures it:
 each mutant (one small change to one function of a module in `only_mutate`) runs against the
@@ -17,13 +18,16 @@ also go to docs/mutation-results.json (committed): a fresh clone seeds ./mutants
 checks only what is new or changed, and the report names the commits the results came from.
 A survivor stays a survivor until it is run again: after writing tests for survivors,
 --retry-survivors forgets their results and runs them again, in the same mutmut run as
-everything not checked yet (one clean run of the tests, not two). Not part of CI. Exit status 1
+everything not checked yet (one clean run of the tests, not two). --only 'poold.ledger.*' runs
+just the unchecked mutants of one layer (mutmut's clean run then covers only their tests), so a
+session can finish a layer rather than sample all of them. Not part of CI. Exit status 1
 when the score is under --min-score or some mutants were not checked (a run stopped early).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import platform
@@ -51,6 +55,7 @@ KILLED = {1, 3, 37}
 TIMEOUT = {24, -24, 36, 152, 255, -9, -11}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+NO_MUTANT = "generate.only__mutmut_0"  # a name no mutant has (generate())
 
 
 @dataclass(frozen=True)
@@ -76,17 +81,35 @@ class Mutant:
         return "not checked" if self.exit_code is None else f"suspicious ({self.exit_code})"
 
 
-def run_mutmut(max_children: int) -> float:
-    """mutmut run (of every mutant without a result), its progress spinner to mutation-run.log;
-    seconds it took."""
+def run_mutmut(max_children: int, names: list[str] | None = None) -> float:
+    """mutmut run (of every mutant without a result, or of those named), its progress spinner to
+    mutation-run.log; seconds it took."""
     started = time.monotonic()
     with LOG.open("w") as log:
-        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
+        result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children),
+                                 *(names or [])],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
         tail = LOG.read_text(errors="replace")[-3000:]
         sys.exit(f"mutmut run failed (exit {result.returncode}); end of {LOG}:\n{tail}")
     return time.monotonic() - started
+
+
+def generate() -> None:
+    """Make mutmut write every mutant and its per-test stats without running one: a `mutmut run`
+    of a name that matches nothing does all of that, then stops at its filter (expected)."""
+    with LOG.open("w") as log:
+        subprocess.run([str(MUTMUT), "run", NO_MUTANT], cwd=ROOT, stdout=log,
+                       stderr=subprocess.STDOUT, check=False)
+    if "nothing matches" not in LOG.read_text(errors="replace"):
+        tail = LOG.read_text(errors="replace")[-3000:]
+        sys.exit(f"mutmut could not generate the mutants; end of {LOG}:\n{tail}")
+
+
+def unchecked(patterns: list[str], root: Path = ROOT) -> list[str]:
+    """The mutants not checked yet whose names match one of the patterns (fnmatch)."""
+    return [m.name for m in mutants(root) if m.exit_code is None
+            and any(fnmatch.fnmatch(m.name, p) for p in patterns)]
 
 
 def seed(root: Path = ROOT) -> int:
@@ -157,10 +180,10 @@ def carried_from(root: Path = ROOT) -> list[str]:
     return list(json.loads(path.read_text())["commits"]) if path.exists() else []
 
 
-def mutants() -> list[Mutant]:
+def mutants(root: Path = ROOT) -> list[Mutant]:
     found = []
-    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
-        module = str(meta.relative_to(ROOT / "mutants"))[: -len(".meta")]
+    for meta in sorted((root / "mutants").rglob("*.py.meta")):
+        module = str(meta.relative_to(root / "mutants"))[: -len(".meta")]
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         found += [Mutant(name, module, code) for name, code in codes.items()]
     return found
@@ -297,6 +320,10 @@ def main() -> int:
     parser.add_argument("--retry-survivors", action="store_true",
                         help="run every survivor again, with whatever was not checked yet "
                              "(after tests were written for them)")
+    parser.add_argument("--only", action="append", metavar="PATTERN",
+                        help="run only the unchecked mutants whose names match (fnmatch, e.g. "
+                             "'poold.ledger.*'; repeatable): a cheap layer first, and a clean "
+                             "run of only its tests")
     args = parser.parse_args()
     took = None
     if not args.report_only:
@@ -304,16 +331,23 @@ def main() -> int:
             print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
         if args.retry_survivors:
             print(f"{forget_survivors()} survivors to run again")
-        took = run_mutmut(args.max_children)
+        if args.only:
+            if not any(m.exit_code is None for m in mutants()):  # none generated here yet
+                generate()
+            names = unchecked(args.only)
+            print(f"{len(names)} unchecked mutants match {' '.join(args.only)}")
+            took = run_mutmut(args.max_children, names) if names else 0.0
+        else:
+            took = run_mutmut(args.max_children)
     found = mutants()
     if not found:
         sys.exit(f"no mutants: did mutmut run? (see {LOG})")
     save(ran=not args.report_only)
     overall = write_report(found, took, args.min_score)
-    unchecked = sum(m.status == "not checked" for m in found)
+    not_checked = sum(m.status == "not checked" for m in found)
     print(f"mutation score {overall:.1f}% of those checked (goal {args.min_score:.0f}%), "
-          f"{unchecked} not checked: {REPORT}")
-    return 0 if overall >= args.min_score and not unchecked else 1
+          f"{not_checked} not checked: {REPORT}")
+    return 0 if overall >= args.min_score and not not_checked else 1
 
 
 if __name__ == "__main__":

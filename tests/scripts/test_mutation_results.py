@@ -113,3 +113,22 @@ def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
                                         "poold.ledger.leases.x_release__mutmut_1": None}
     assert "poold.ledger.leases.x_grant__mutmut_2" not in kept["durations_by_key"]
     assert kept["hash_by_function_name"] == meta(codes)["hash_by_function_name"]
+
+
+def test_only_names_the_unchecked_mutants_of_the_layer_asked_for(mutation: ModuleType,
+                                                                  tmp_path: Path) -> None:
+    """--only runs a layer's unchecked mutants by name: mutmut reruns every mutant it is given by
+    name, so a decided one must never be among them."""
+    ledger = {"poold.ledger.leases.x_grant__mutmut_1": 1,
+              "poold.ledger.leases.x_grant__mutmut_2": None,
+              "poold.ledger.leases.x_release__mutmut_1": 0}
+    api = {"api.auth.x_role__mutmut_1": None}
+    for module, codes in (("poold/ledger/leases.py", ledger), ("api/auth.py", api)):
+        path = tmp_path / "mutants" / f"{module}.meta"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(meta(codes)))
+    assert mutation.unchecked(["poold.ledger.*"], tmp_path) == [
+        "poold.ledger.leases.x_grant__mutmut_2"]
+    assert sorted(mutation.unchecked(["poold.ledger.*", "api.*"], tmp_path)) == [
+        "api.auth.x_role__mutmut_1", "poold.ledger.leases.x_grant__mutmut_2"]
+    assert mutation.unchecked(["poold.kv.*"], tmp_path) == []
