@@ -159,15 +159,17 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
                                 "modules": modules}, indent=1) + "\n")
 
 
-def forget_survivors(root: Path = ROOT) -> int:
-    """Drop the survivors' results from root/mutants' per-module files, so that the next mutmut
-    run checks them again with everything else undecided; how many were dropped."""
+def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None) -> int:
+    """Drop the survivors' results (of the mutants whose names match `patterns`, or all) from
+    root/mutants' per-module files, so that the next mutmut run checks them again with
+    everything else undecided; how many were dropped."""
     dropped = 0
     for meta in sorted((root / "mutants").rglob("*.py.meta")):
         data = json.loads(meta.read_text())
-        survivors = [k for k, v in data["exit_code_by_key"].items() if v in SURVIVED]
-        for key in survivors:
-            del data["exit_code_by_key"][key]
+        survivors = [k for k, v in data["exit_code_by_key"].items() if v in SURVIVED
+                     and (patterns is None or any(fnmatch.fnmatch(k, p) for p in patterns))]
+        for key in survivors:  # no result: mutmut runs it, and --only's names include it
+            data["exit_code_by_key"][key] = None
             data["durations_by_key"].pop(key, None)
         if survivors:
             meta.write_text(json.dumps(data))
@@ -323,14 +325,14 @@ def main() -> int:
     parser.add_argument("--only", action="append", metavar="PATTERN",
                         help="run only the unchecked mutants whose names match (fnmatch, e.g. "
                              "'poold.ledger.*'; repeatable): a cheap layer first, and a clean "
-                             "run of only its tests")
+                             "run of only its tests); with --retry-survivors, its survivors too")
     args = parser.parse_args()
     took = None
     if not args.report_only:
         if seeded := seed():
             print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
         if args.retry_survivors:
-            print(f"{forget_survivors()} survivors to run again")
+            print(f"{forget_survivors(patterns=args.only)} survivors to run again")
         if args.only:
             if not any(m.exit_code is None for m in mutants()):  # none generated here yet
                 generate()

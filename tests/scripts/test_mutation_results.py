@@ -106,13 +106,19 @@ def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
     path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(meta(codes)))
-    assert mutation.forget_survivors(tmp_path) == 1
+    # --only's patterns: another layer's survivor keeps its result
+    assert mutation.forget_survivors(tmp_path, patterns=["api.*"]) == 0
+    assert mutation.forget_survivors(tmp_path, patterns=["poold.ledger.*"]) == 1
     kept = json.loads(path.read_text())
-    # a key mutmut finds without a result is one it runs; the killed one's result stands
+    # a key without a result is one mutmut runs (and --only names); the killed one's stands
     assert kept["exit_code_by_key"] == {"poold.ledger.leases.x_grant__mutmut_1": 1,
+                                        "poold.ledger.leases.x_grant__mutmut_2": None,
                                         "poold.ledger.leases.x_release__mutmut_1": None}
     assert "poold.ledger.leases.x_grant__mutmut_2" not in kept["durations_by_key"]
     assert kept["hash_by_function_name"] == meta(codes)["hash_by_function_name"]
+    assert sorted(mutation.unchecked(["poold.ledger.*"], tmp_path)) == [
+        "poold.ledger.leases.x_grant__mutmut_2", "poold.ledger.leases.x_release__mutmut_1"]
+    assert mutation.forget_survivors(tmp_path) == 0  # nothing left to forget
 
 
 def test_only_names_the_unchecked_mutants_of_the_layer_asked_for(mutation: ModuleType,
