@@ -106,6 +106,12 @@ def generate() -> None:
         sys.exit(f"mutmut could not generate the mutants; end of {LOG}:\n{tail}")
 
 
+def generated(root: Path = ROOT) -> bool:
+    """Whether mutmut wrote its mutated copies of the modules here (seed() writes only results:
+    the mutants not checked yet are known only once mutmut generated them)."""
+    return any((root / "mutants").rglob("*.py"))
+
+
 def unchecked(patterns: list[str], root: Path = ROOT) -> list[str]:
     """The mutants not checked yet whose names match one of the patterns (fnmatch)."""
     return [m.name for m in mutants(root) if m.exit_code is None
@@ -334,7 +340,7 @@ def main() -> int:
         if args.retry_survivors:
             print(f"{forget_survivors(patterns=args.only)} survivors to run again")
         if args.only:
-            if not any(m.exit_code is None for m in mutants()):  # none generated here yet
+            if not generated():  # a fresh clone: seeded results, no mutants yet
                 generate()
             names = unchecked(args.only)
             print(f"{len(names)} unchecked mutants match {' '.join(args.only)}")

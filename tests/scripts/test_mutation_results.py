@@ -138,3 +138,20 @@ def test_only_names_the_unchecked_mutants_of_the_layer_asked_for(mutation: Modul
     assert sorted(mutation.unchecked(["poold.ledger.*", "api.*"], tmp_path)) == [
         "api.auth.x_role__mutmut_1", "poold.ledger.leases.x_grant__mutmut_2"]
     assert mutation.unchecked(["poold.kv.*"], tmp_path) == []
+
+
+def test_seeded_results_are_not_taken_for_generated_mutants(mutation: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """A fresh clone's seeded results name only decided mutants: --only must have mutmut
+    generate the rest first, even when forgotten survivors already look unchecked."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "mutation-results.json").write_text(json.dumps({
+        "mutmut": "3.8.1", "commits": ["aaaaaaa"], "modules": {"poold/ledger/leases.py": {
+            "hash_by_function_name": {"x_grant": "abc123"},
+            "exit_code_by_key": {"poold.ledger.leases.x_grant__mutmut_1": 0},
+            "durations_by_key": {}}}}))
+    mutation.seed(tmp_path)
+    mutation.forget_survivors(tmp_path)
+    assert not mutation.generated(tmp_path)
+    (tmp_path / "mutants" / "poold" / "ledger" / "leases.py").write_text("# mutated copy\n")
+    assert mutation.generated(tmp_path)
