@@ -245,8 +245,12 @@ class LedgerWriter:
             finally:
                 tx.close()
         self._catalog = tx.snapshot
-        if tx.ended and self.on_leases_ended is not None:
-            self.on_leases_ended()
+        told = self.on_leases_ended  # read once: the daemon clears it at shutdown
+        if tx.ended and told is not None:
+            try:
+                told()
+            except Exception:  # committed: a failure here must not fail (and replay) the batch
+                log.exception("ledger.on_leases_ended_failed")
         return outcomes
 
     def _connection(self) -> Connection:

@@ -6,6 +6,7 @@ a caller cancelling its future does not disturb the writer.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -318,3 +319,28 @@ def test_the_writer_says_when_a_committed_transaction_ended_leases(
         ledger.run(ends_then_fails)
     assert told == [True, True]
     assert ledger.read(lambda s, now: reads.lease(s, fourth.id, now)).state is LeaseState.ACTIVE
+
+
+def test_a_failing_leases_ended_callback_fails_nothing_committed(
+    make_ledger: LedgerFactory, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The callback runs after the commit: if it raises, the release stands, is answered once as
+    released, and is not replayed (a replay would run committed commands a second time)."""
+    ledger = make_ledger([emulated_spec(512 * MiB)])
+    calls: list[str] = []
+
+    def broken() -> None:
+        calls.append("told")
+        raise RuntimeError("the scrubber's wake failed")
+
+    ledger.writer.on_leases_ended = broken
+    lease = ledger.run(grant_command())
+    with caplog.at_level(logging.ERROR, logger="poold.ledger.writer"):
+        ended = ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
+    assert ended.state is LeaseState.RELEASED
+    assert calls == ["told"]
+    assert [r.getMessage() for r in caplog.records] == ["ledger.on_leases_ended_failed"]
+    released = ledger.read(lambda s, now: reads.events(s, lease_id=lease.id,
+                                                       kind="lease.released"))
+    assert len(released) == 1
+    assert ledger.run(grant_command()).state is LeaseState.ACTIVE  # the writer goes on
