@@ -54,15 +54,13 @@ def _postgres_reachable() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-_PG_PROBLEM: str | bool | None = False  # False: not probed yet
+_PG_PROBE: list[str | None] = []  # the one probe's answer, once made
 
 
 def postgres_problem() -> str | None:
-    global _PG_PROBLEM
-    if _PG_PROBLEM is False:
-        _PG_PROBLEM = _postgres_reachable()
-    assert _PG_PROBLEM is not False
-    return _PG_PROBLEM
+    if not _PG_PROBE:
+        _PG_PROBE.append(_postgres_reachable())
+    return _PG_PROBE[0]
 
 
 @pytest.fixture
