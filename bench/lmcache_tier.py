@@ -173,11 +173,6 @@ def measure(layers: int, chunks: int, rounds: int, state: Path, work: Path
     return results
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, median, q3 = statistics.quantiles(values, n=4)
-    return q1, median, q3
-
-
 def report(out: Path, table: dict[int, dict[str, dict[str, list[float]]]], chunks: int,
            rounds: int, took_s: float) -> None:
     ways = ["store per chunk", "retrieve per chunk", "store batched", "retrieve batched"]
@@ -199,7 +194,8 @@ def report(out: Path, table: dict[int, dict[str, dict[str, list[float]]]], chunk
     for layers, result in table.items():
         for way in ways:
             p, d = result["poold"][way], result["dax"][way]
-            q1, ratio, q3 = quartiles([a / b for a, b in zip(p, d, strict=True)])
+            q1, ratio, q3 = statistics.quantiles([a / b for a, b in zip(p, d, strict=True)],
+                                                 n=4)
             lines.append(f"| {chunk_bytes(layers) // 1024} KiB | {way} | "
                          f"{statistics.median(p):.2f} | {statistics.median(d):.2f} | "
                          f"{ratio:.2f}x ({q1:.2f}-{q3:.2f}) |")

@@ -19,9 +19,10 @@ checks only what is new or changed, and the report names the commits the results
 A survivor stays a survivor until it is run again: after writing tests for survivors,
 --retry-survivors forgets their results and runs them again, in the same mutmut run as
 everything not checked yet (one clean run of the tests, not two). --only 'poold.ledger.*' runs
-just the unchecked mutants of one layer (mutmut's clean run then covers only their tests), so a
-session can finish a layer rather than sample all of them. Not part of CI. Exit status 1
-when the score is under --min-score or some mutants were not checked (a run stopped early).
+just the unchecked mutants of one layer (mutmut's clean run then covers the tests that reach
+their functions, whatever their layer), so a session can finish a layer rather than sample all.
+Not part of CI. Exit status 1 when the score is under --min-score or some mutants were not
+checked (a run stopped early).
 """
 
 from __future__ import annotations
@@ -115,10 +116,14 @@ def generated(root: Path = ROOT) -> bool:
     return any((root / "mutants").rglob("*.py"))
 
 
+def _matches(name: str, patterns: list[str] | None) -> bool:
+    """Whether a mutant's name matches one of the patterns (fnmatch); None matches all."""
+    return patterns is None or any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
 def unchecked(patterns: list[str], root: Path = ROOT) -> list[str]:
-    """The mutants not checked yet whose names match one of the patterns (fnmatch)."""
-    return [m.name for m in mutants(root) if m.exit_code is None
-            and any(fnmatch.fnmatch(m.name, p) for p in patterns)]
+    """The mutants not checked yet whose names match one of the patterns."""
+    return [m.name for m in mutants(root) if m.exit_code is None and _matches(m.name, patterns)]
 
 
 def seed(root: Path = ROOT) -> int:
@@ -175,8 +180,8 @@ def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None) -> in
     dropped = 0
     for meta in sorted((root / "mutants").rglob("*.py.meta")):
         data = json.loads(meta.read_text())
-        survivors = [k for k, v in data["exit_code_by_key"].items() if v in SURVIVED
-                     and (patterns is None or any(fnmatch.fnmatch(k, p) for p in patterns))]
+        survivors = [k for k, v in data["exit_code_by_key"].items()
+                     if v in SURVIVED and _matches(k, patterns)]
         for key in survivors:  # no result: mutmut runs it, and --only's names include it
             data["exit_code_by_key"][key] = None
             data["durations_by_key"].pop(key, None)
@@ -333,8 +338,8 @@ def main() -> int:
                              "(after tests were written for them)")
     parser.add_argument("--only", action="append", metavar="PATTERN",
                         help="run only the unchecked mutants whose names match (fnmatch, e.g. "
-                             "'poold.ledger.*'; repeatable): a cheap layer first, and a clean "
-                             "run of only its tests); with --retry-survivors, its survivors too")
+                             "'poold.ledger.*'; repeatable): a cheap layer first; with "
+                             "--retry-survivors, its survivors too")
     args = parser.parse_args()
     took = None
     if not args.report_only:

@@ -32,13 +32,12 @@ def quiet_db(pg_url: str) -> Iterator[str]:
     """A database of this test's own: notifications are per database, so no other test's
     daemons (mutation testing runs several at once) can wake a wait this test means to see
     end at its timeout."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_url.split("?")[0], isolation_level="AUTOCOMMIT")
+    name, server = f"t_{uuid.uuid4().hex[:12]}", pg_url.split("?")[0]  # no schema options
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
     try:
-        yield make_url(pg_url.split("?")[0]).set(database=name).render_as_string(
-            hide_password=False)
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
