@@ -389,17 +389,15 @@ def _bind(tx: Tx, device: DeviceRecord, request: GrantRequest, claim_id: int,
 def _check_quota(tx: Tx, tenant: str, pool_id: int, length: int) -> None:
     """Refuse a grant that would take the tenant past a quota, its global ones or its own in
     the pool. The tenant's row stays locked to the end of the transaction (whichever quota is
-    checked), so grants on other hosts wait rather than both pass. A
-    tenant's first lease creates its row with the default quotas (two hosts creating it at
-    once: one insert fails, and the writer reruns that grant, which then finds it)."""
+    checked), so grants on other hosts wait rather than both pass. A tenant's first lease
+    creates its row with the default quotas, once they admit it: a refused first lease leaves
+    no tenant behind (two hosts creating it at once: one insert fails, and the writer reruns
+    that grant, which then finds the row and waits on its lock)."""
     quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
+    new = quota is None
     if quota is None:
-        max_bytes, max_leases = tx.tenant_defaults
-        q.tenants.insert_tenant(tx.conn, tenant, tx.now, max_bytes, max_leases)
-        tx.event(EventKind.TENANT_CHANGED, "daemon", host_id=tx.host_id, tenant=tenant,
-                 max_bytes=max_bytes, max_leases=max_leases, reason="first lease")
-        quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
-    if quota is not None and quota != (None, None):
+        quota = tx.tenant_defaults
+    if quota != (None, None):
         _within(quota, q.tenants.tenant_usage(tx.conn, tenant, tx.now), length,
                 f"tenant {tenant!r}", "its quota")
     in_pool = tx.catalog.quota(pool_id, tenant)
@@ -407,6 +405,11 @@ def _check_quota(tx: Tx, tenant: str, pool_id: int, length: int) -> None:
         pool = _pool_record(tx, pool_id)
         _within(in_pool, q.tenants.pool_usage(tx.conn, tenant, pool_id, tx.now), length,
                 f"tenant {tenant!r}", f"its quota in pool {pool.name!r}")
+    if new:
+        max_bytes, max_leases = quota
+        q.tenants.insert_tenant(tx.conn, tenant, tx.now, max_bytes, max_leases)
+        tx.event(EventKind.TENANT_CHANGED, "daemon", host_id=tx.host_id, tenant=tenant,
+                 max_bytes=max_bytes, max_leases=max_leases, reason="first lease")
 
 
 def _within(quota: Quota, usage: tuple[int, int], length: int, who: str, which: str) -> None:

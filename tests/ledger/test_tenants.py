@@ -155,3 +155,8 @@ def test_a_tenants_first_lease_creates_it_with_the_default_quotas(
     assert made.details == {"tenant": "newcomer", "max_bytes": 4 * MiB, "max_leases": 3,
                             "reason": "first lease"}
     assert refused(ledger, "newcomer", 4 * MiB).endswith(f"of {4 * MiB}")
+    # They hold for the first lease too: one past them is refused, and leaves no tenant.
+    assert refused(ledger, "greedy", 8 * MiB) == (
+        f"tenant 'greedy' holds 0 bytes; {8 * MiB} more would pass its quota of {4 * MiB}")
+    with pytest.raises(UnknownTenant):
+        ledger.read(lambda s, now: tenants.tenant(s, "greedy", now))
