@@ -227,7 +227,7 @@ def scrubbing(session: Session, _now: datetime, *, host_id: str) -> list[ScrubJo
     # from before leases on such devices stopped being adopted may still hold one).
     return [ScrubJob(lease_id=x.id, chardev=devices_[x.device_id].chardev, offset=x.offset,
                      length=x.length, done=x.scrubbed_bytes, kind=devices_[x.device_id].kind,
-                     zero=scrubs.get(x.pool_id, True))
+                     zero=scrubs[x.pool_id])  # every pool, retired ones too
             for x in q.scrubs.scrubbing_leases(session, host_id)
             if devices_[x.device_id].host_id in (None, host_id)]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -175,10 +176,76 @@ def test_bad_requests_are_refused_and_leave_nothing(
     assert len(ledger.read(lambda s, _: reads.events(s))) == before
 
 
-def test_unknown_lease(ledger: Ledger) -> None:
-    for command in (leases.release, leases.revoke):
-        with pytest.raises(errors.UnknownLease):
-            ledger.run(partial(command, lease_id="nope", actor="test"))
+def test_an_unknown_lease_is_refused_by_name(ledger: Ledger) -> None:
+    """What the caller sent, quoted; a string too long to be an id cut at 64 characters (it
+    names no lease, and an error should not echo a megabyte back)."""
+    absent = grant(ledger, 2 * MiB).id[:-4] + "0000"
+    long = "x" * 100
+    for command in (leases.release, leases.revoke, partial(leases.keepalive, ttl_s=None)):
+        for lease_id, said in (("nope", "'nope'"), (long, repr("x" * 64)), (absent, repr(absent))):
+            with pytest.raises(errors.UnknownLease) as refused:
+                ledger.run(partial(command, lease_id=lease_id, actor="test"))
+            assert str(refused.value) == f"no lease {said}"
+    for lease_id, said in (("nope", "'nope'"), (long, repr("x" * 64)), (absent, repr(absent))):
+        with pytest.raises(errors.UnknownLease) as refused:
+            ledger.read(lambda s, now, lease_id=lease_id: reads.lease(s, lease_id, now))
+        assert str(refused.value) == f"no lease {said}"
+
+
+def test_another_tenants_lease_does_not_exist_for_it(ledger: Ledger) -> None:
+    """A tenant's keepalive, release or read of another tenant's lease is refused as for a lease
+    that does not exist, and leaves it as it was."""
+    theirs = grant(ledger, 2 * MiB, tenant="a", ttl_s=60)
+    for command in (partial(leases.keepalive, ttl_s=600), leases.release):
+        with pytest.raises(errors.UnknownLease) as refused:
+            ledger.run(partial(command, lease_id=theirs.id, actor="b", tenant_only="b"))
+        assert str(refused.value) == f"no lease {theirs.id!r}"
+    with pytest.raises(errors.UnknownLease):
+        ledger.read(lambda s, now: reads.lease(s, theirs.id, now, tenant_only="b"))
+    assert ledger.read(lambda s, now: reads.lease(s, theirs.id, now, tenant_only="a")) == theirs
+    assert [e.kind for e in ledger.read(lambda s, _: reads.events(s, lease_id=theirs.id))] == [
+        EventKind.LEASE_GRANTED]
+    # Its own tenant may.
+    renewed = ledger.run(partial(leases.keepalive, lease_id=theirs.id, ttl_s=600, actor="a",
+                                 tenant_only="a"))
+    assert renewed.ttl_s == 600
+    ended = ledger.run(partial(leases.release, lease_id=theirs.id, actor="a", tenant_only="a"))
+    assert ended.state is LeaseState.RELEASED
+
+
+def test_keepalive_without_a_ttl_keeps_the_leases_own_and_records_the_renewal(
+        ledger: Ledger, clock: ManualClock) -> None:
+    """The pool's default TTL is 60 s; a lease granted for 600 s keeps 600 s when its holder
+    renews without saying; the event names the lease, its host and device, the new expiry."""
+    lease = grant(ledger, 2 * MiB, ttl_s=600)
+    clock.advance(100)
+    renewed = ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="t"))
+    assert renewed.ttl_s == 600 and renewed.expires_at == clock.now() + timedelta(seconds=600)
+    assert renewed == ledger.read(lambda s, now: reads.lease(s, lease.id, now))
+    shorter = ledger.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=30, actor="t"))
+    assert shorter.ttl_s == 30 and shorter.expires_at == clock.now() + timedelta(seconds=30)
+    assert shorter == ledger.read(lambda s, now: reads.lease(s, lease.id, now))
+    second, first = ledger.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_RENEWED))
+    for event, ttl in ((first, 600), (second, 30)):
+        assert (event.actor, event.host, event.device_id, event.lease_id) == (
+            "t", HOST, lease.device_id, lease.id)
+        assert event.details == {"expires_at": (clock.now() + timedelta(seconds=ttl)).isoformat(),
+                                 "ttl_s": ttl}
+
+
+def test_keepalive_refusals_say_when_it_expired_or_how_it_ended(ledger: Ledger,
+                                                               clock: ManualClock) -> None:
+    expiring = grant(ledger, 2 * MiB, ttl_s=5)
+    released = grant(ledger, 2 * MiB)
+    ledger.run(partial(leases.release, lease_id=released.id, actor="test"))
+    clock.advance(6)
+    with pytest.raises(errors.LeaseExpired) as expired:
+        ledger.run(partial(leases.keepalive, lease_id=expiring.id, ttl_s=None, actor="t"))
+    assert str(expired.value) == (f"lease {expiring.id} expired at "
+                                  f"{expiring.expires_at.isoformat()}")
+    with pytest.raises(errors.LeaseNotActive) as ended:
+        ledger.run(partial(leases.keepalive, lease_id=released.id, ttl_s=None, actor="t"))
+    assert str(ended.value) == f"lease {released.id} is released"
 
 
 def test_revoke_ends_the_lease(ledger: Ledger) -> None:

@@ -238,3 +238,22 @@ def test_clearing_a_quota_that_is_not_there_is_refused_saying_which(
                            actor="a"))
     assert str(refused.value) == "tenant 'team-a' has no quota in pool 'default'"
     assert len(ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed"))) == 1
+
+
+def test_a_hosts_file_saying_otherwise_than_the_ledger_is_told_setting_by_setting(
+        ledger: Ledger) -> None:
+    """The ledger's policy wins; what the file says otherwise comes back named by pool and
+    setting with both values, and a retired pool the file still names says so too."""
+    kept_pool(ledger)
+    same = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    assert ledger.run(partial(pools.seed, policy=same))[1] == []
+    other = replace(same, max_ttl_s=900, scrub_on_release=not same.scrub_on_release)
+    pool, differ = ledger.run(partial(pools.seed, policy=other))
+    assert pool.max_ttl_s == 600
+    assert differ == [
+        pools.Disagreement("kept", "max_ttl_s", 900, 600),
+        pools.Disagreement("kept", "scrub_on_release", other.scrub_on_release,
+                           same.scrub_on_release)]
+    ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    assert ledger.run(partial(pools.seed, policy=same))[1] == [
+        pools.Disagreement("kept", "retired", False, True)]

@@ -79,6 +79,10 @@ def test_the_coldest_elastic_leases_are_asked_for_enough_bytes(ledger: Ledger,
     answer = ledger.run(partial(sessions.keepalive, session_id=held.id, actor="test"))
     assert {a.lease for a in answer.reclaim} == {elastic[2].id, elastic[3].id}
     assert all(a.length == 8 * MiB and a.by == deadline for a in answer.reclaim)
+    # So does anyone reading the session, and closing it now would give back those bytes.
+    read = ledger.read(lambda s, now: reads.client_session(s, held.id, now))
+    assert read.reclaim == answer.reclaim
+    assert ledger.run(partial(reclaims.asked_bytes_of, session_id=held.id)) == 16 * MiB
     assert ledger.read(fsck).clean
 
 

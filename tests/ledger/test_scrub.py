@@ -4,6 +4,7 @@ itself refuses a grant over it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -18,8 +19,8 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.views import LeaseView
 from poold.models import Lease
-from poold.types import EventKind, LeaseState, MiB
-from tests.conftest import LedgerFactory, emulated_spec
+from poold.types import DeviceKind, EventKind, LeaseState, MiB
+from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 
 @pytest.fixture
@@ -103,15 +104,46 @@ def test_still_holding_names_the_leases_whose_memory_must_stay(scrubbing: Ledger
                                                               clock: ManualClock) -> None:
     """What the scrubber asks once a pass before dropping memory objects: active leases not
     past their expiry and scrubbing ones hold their extent; released, expired (reaped or not)
-    and unknown ids do not."""
-    live, waits, done, due = (
+    and unknown ids do not; nor does one at its expiry instant (it has expired)."""
+    live, waits, done, due, at_expiry = (
         scrubbing.run(partial(leases.grant, request=GrantRequest(
-            size=2 * MiB, actor="test", ttl_s=600 if i < 3 else 5))) for i in range(4))
+            size=2 * MiB, actor="test", ttl_s=(600, 600, 600, 5, 6)[i]))) for i in range(5))
     scrubbing.run(partial(leases.release, lease_id=waits.id, actor="test"))  # scrubbing now
     scrubbing.run(partial(leases.release, lease_id=done.id, actor="test"))
     finish(scrubbing, done.id)  # released
-    clock.advance(6)  # `due` is past its expiry, not yet reaped
-    asked = [live.id, waits.id, done.id, due.id, "L-unknown"]
+    clock.advance(6)  # `due` is past its expiry, not yet reaped; `at_expiry` just at it
+    asked = [live.id, waits.id, done.id, due.id, at_expiry.id, "L-unknown"]
     assert scrubbing.read(partial(reads.still_holding, lease_ids=asked)) == {live.id, waits.id}
-    many = [live.id] + [f"L-{i}" for i in range(1200)]  # more ids than one query takes
-    assert scrubbing.read(partial(reads.still_holding, lease_ids=many)) == {live.id}
+    # More ids than one query takes, the live ones first and last in a batch of 500.
+    many = [f"L-{i}" for i in range(1200)]
+    many[499], many[500], many[1199] = live.id, waits.id, "L-last"
+    many.append(at_expiry.id)
+    assert scrubbing.read(partial(reads.still_holding, lease_ids=many)) == {live.id, waits.id}
+
+
+def test_a_region_carved_per_lease_keeps_an_ended_lease_until_its_device_is_gone(
+        make_ledger: LedgerFactory) -> None:
+    """Whatever the pool says of scrubbing: the lease's own dax device must be gone before
+    another is made over its range, so its extent waits in `scrubbing` (not zeroed)."""
+    region = replace(emulated_spec(16 * MiB, name="region0"), kind=DeviceKind.DAX_REGION)
+    ledger = make_ledger([region], scrub=False)
+    first = grant(ledger, 4 * MiB)
+    ended = ledger.run(partial(leases.release, lease_id=first.id, actor="t"))
+    assert ended.state is LeaseState.SCRUBBING
+    (released,) = ledger.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_RELEASED))
+    assert released.details["scrub"] is True
+    (job,) = ledger.read(partial(reads.scrubbing, host_id=HOST))
+    assert (job.lease_id, job.kind, job.zero) == (first.id, DeviceKind.DAX_REGION, False)
+
+
+def test_a_finished_scrub_is_recorded_with_the_extent_it_zeroed(scrubbing: Ledger) -> None:
+    first = grant(scrubbing, 4 * MiB)
+    scrubbing.run(partial(leases.release, lease_id=first.id, actor="t"))
+    (job,) = scrubbing.read(partial(reads.scrubbing, host_id=HOST))
+    assert (job.lease_id, job.chardev, job.offset, job.length, job.done, job.kind, job.zero) == (
+        first.id, first.chardev, first.offset, first.length, 0, DeviceKind.EMULATED, True)
+    finish(scrubbing, first.id)
+    (event,) = scrubbing.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_SCRUBBED))
+    assert (event.actor, event.host, event.device_id, event.lease_id) == (
+        "scrubber", HOST, first.device_id, first.id)
+    assert event.details == {"offset": first.offset, "length": first.length}

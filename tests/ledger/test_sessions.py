@@ -18,7 +18,7 @@ from poold.ledger.ledger import Ledger
 from poold.ledger.sessions import OpenRequest
 from poold.ledger.views import LeaseView, SessionView
 from poold.types import EventKind, LeaseState, MiB, SessionState
-from tests.conftest import LedgerFactory, emulated_spec
+from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 
 def open_(ledger: Ledger, ttl_s: int = 10, tenant: str | None = None) -> SessionView:
@@ -64,8 +64,11 @@ def test_one_keepalive_renews_every_lease_in_the_session(ledger: Ledger,
     clock.advance(5)  # 13 s after the grants: the session's leases live on, the plain one not
     assert {lease(ledger, g.id).state for g in granted} == {LeaseState.ACTIVE}
     assert lease(ledger, plain.id).state is LeaseState.EXPIRED
-    # One event for the session's renewal, none per lease.
-    assert kinds(ledger).count(EventKind.SESSION_RENEWED) == 1
+    # One event for the session's renewal, none per lease; it says whose and until when.
+    (event,) = ledger.read(lambda s, _: reads.events(s, kind=EventKind.SESSION_RENEWED))
+    assert (event.actor, event.host) == ("test", HOST)
+    assert event.details == {"session": opened.id, "expires_at": renewed.expires_at.isoformat(),
+                             "leases": 3}
     assert EventKind.LEASE_RENEWED not in kinds(ledger)
     assert session(ledger, opened.id).leases == renewed.leases
     assert_clean(ledger)
@@ -93,9 +96,10 @@ def test_an_expired_session_expires_its_leases_and_frees_their_bytes(
     assert session(ledger, opened.id).state is SessionState.EXPIRED  # computed on read
     assert session(ledger, opened.id).leases == []
     assert {lease(ledger, g.id).state for g in granted} == {LeaseState.EXPIRED}
-    with pytest.raises(errors.SessionExpired):
+    said = f"session {opened.id} expired at {opened.expires_at.isoformat()}"
+    with pytest.raises(errors.SessionExpired, match=f"^{re.escape(said)}$"):
         ledger.run(partial(sessions.keepalive, session_id=opened.id, actor="test"))
-    with pytest.raises(errors.SessionExpired):
+    with pytest.raises(errors.SessionExpired, match=f"^{re.escape(said)}$"):
         grant(ledger, 2 * MiB, session_id=opened.id)
     assert ledger.run(sessions.reap) == 1
     assert ledger.run(sessions.reap) == 0
@@ -120,9 +124,9 @@ def test_closing_releases_its_leases_and_is_idempotent(ledger: Ledger) -> None:
     assert (again.state, again.ended_at) == (closed.state, closed.ended_at)
     assert kinds(ledger).count(EventKind.SESSION_CLOSED) == 1
     assert kinds(ledger).count(EventKind.LEASE_RELEASED) == 2
-    with pytest.raises(errors.SessionNotActive):
+    with pytest.raises(errors.SessionNotActive, match=f"^session {opened.id} is closed$"):
         ledger.run(partial(sessions.keepalive, session_id=opened.id, actor="test"))
-    with pytest.raises(errors.SessionNotActive):
+    with pytest.raises(errors.SessionNotActive, match=f"^session {opened.id} is closed$"):
         grant(ledger, 2 * MiB, session_id=opened.id)
     assert_clean(ledger)
 
@@ -243,3 +247,17 @@ def test_a_lease_of_a_session_renewed_at_its_expiry_instant_has_expired(
     with pytest.raises(errors.LeaseExpired, match=f"^{re.escape(expected)}$"):
         ledger.run(partial(leases.keepalive, lease_id=granted.id, ttl_s=None, actor="test"))
     assert session(ledger, opened.id).expires_at == granted.expires_at
+
+
+def test_an_unknown_session_is_refused_by_name(ledger: Ledger) -> None:
+    """What the caller sent, quoted; a string too long to be an id cut at 64 characters."""
+    absent = open_(ledger).id[:-4] + "0000"
+    long = "s" * 100
+    for session_id, said in (("nope", "'nope'"), (long, repr("s" * 64)), (absent, repr(absent))):
+        for call in (partial(sessions.keepalive, actor="t"), partial(sessions.close, actor="t")):
+            with pytest.raises(errors.UnknownSession) as refused:
+                ledger.run(partial(call, session_id=session_id))
+            assert str(refused.value) == f"no session {said}"
+        with pytest.raises(errors.UnknownSession) as refused:
+            session(ledger, session_id)
+        assert str(refused.value) == f"no session {said}"

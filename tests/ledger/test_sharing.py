@@ -13,7 +13,7 @@ import sqlalchemy
 from poold import errors
 from poold.daemon import reaper
 from poold.inventory import DeviceSpec
-from poold.ledger import leases, reads, sharing
+from poold.ledger import leases, reads, sessions, sharing
 from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
@@ -249,11 +249,18 @@ def test_a_fenced_host_records_its_leases_lost_when_the_ledger_is_back(
                     liveness=Liveness(TTL, GRACE, monotonic=watch))
     tick(a)
     lease = grant(a, 4 * MiB)
+    session = a.run(partial(sessions.open_session,
+                            request=sessions.OpenRequest(actor="t", ttl_s=600)))
     watch.now += TTL + 0.5
     with pytest.raises(errors.HostFenced):
         grant(a, 2 * MiB)
-    with pytest.raises(errors.HostFenced):  # what its clients hear: the lease is lost
+    # What its clients hear: the lease is lost, and so is every lease of the session.
+    with pytest.raises(errors.HostFenced) as fenced:
         a.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="t"))
+    assert str(fenced.value) == f"lease {lease.id} is lost: host host-a lost the ledger"
+    with pytest.raises(errors.HostFenced) as fenced:
+        a.run(partial(sessions.keepalive, session_id=session.id, actor="t"))
+    assert str(fenced.value) == f"session {session.id} is lost: host host-a lost the ledger"
     tick(a)  # the heartbeat gets through again
     assert lease_view(a, lease.id).state is LeaseState.LOST
     assert grant(a, 2 * MiB).length == 2 * MiB

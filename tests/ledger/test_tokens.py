@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from poold.errors import UnknownToken
+from poold.errors import InvalidRequest, UnknownToken
 from poold.ledger import reads, tenants
 from poold.ledger.tenants import (
     HEARD_CHANNEL,
@@ -29,8 +29,9 @@ from poold.ledger.tenants import (
     RETRY_S,
     REVOKED_CHANNEL,
     RevocationFeed,
+    TenantView,
 )
-from poold.types import Role
+from poold.types import MiB, Role
 from tests.conftest import HOST, LedgerFactory
 from tests.timing import patience, until
 
@@ -50,6 +51,47 @@ def test_a_revocation_is_recorded_once_with_its_host_and_the_tokens_name(
     (event,) = ledger.read(lambda s, now: reads.events(s, kind="token.revoked"))
     assert (event.actor, event.host) == ("admin:a", HOST)
     assert event.details == {"token": token.id, "name": "ci-runner"}
+
+
+def test_a_token_is_made_on_record_with_its_role_and_tenant_and_shown_as_it_is(
+        make_ledger: LedgerFactory) -> None:
+    """Its creation is audited (who, where, which token, its name, role and tenant); the
+    tenant it names exists from then on with the default quotas; what the ledger answers and
+    what authentication looks up say the same, and a revoked token reads revoked."""
+    ledger = make_ledger(tenant_defaults=(8 * MiB, 5))
+    made, bearer = ledger.run(partial(tenants.create_token, name="ci-runner", role=Role.TENANT,
+                                      tenant="team-a", actor="admin:a"))
+    assert (made.name, made.role, made.tenant, made.created_by, made.revoked_at) == (
+        "ci-runner", Role.TENANT, "team-a", "admin:a", None)
+    assert made.id in bearer
+    (event,) = ledger.read(lambda s, now: reads.events(s, kind="token.created"))
+    assert (event.actor, event.host) == ("admin:a", HOST)
+    assert event.details == {"token": made.id, "name": "ci-runner", "role": "tenant",
+                             "tenant": "team-a"}
+    assert ledger.read(lambda s, now: tenants.tenant(s, "team-a", now)) == TenantView(
+        name="team-a", max_bytes=8 * MiB, max_leases=5, leased_bytes=0, live_leases=0)
+    found = ledger.read(lambda s, _: tenants.lookup(s, made.id))
+    assert found is not None
+    assert (found.name, found.role, found.tenant, found.revoked) == (
+        "ci-runner", Role.TENANT, "team-a", False)
+    revoked = ledger.run(partial(tenants.revoke_token, token_id=made.id, actor="admin:a"))
+    assert revoked.revoked_at is not None and revoked.tenant == "team-a"
+    found = ledger.read(lambda s, _: tenants.lookup(s, made.id))
+    assert found is not None and found.revoked
+    assert ledger.read(tenants.tokens) == [revoked]
+
+
+@pytest.mark.parametrize(("role", "tenant"), [(Role.TENANT, None), (Role.ADMIN, "team-a"),
+                                              (Role.AGENT, "team-a")])
+def test_a_token_names_a_tenant_exactly_when_it_is_a_tenants(
+        make_ledger: LedgerFactory, role: Role, tenant: str | None) -> None:
+    ledger = make_ledger()
+    with pytest.raises(InvalidRequest) as refused:
+        ledger.run(partial(tenants.create_token, name="x", role=role, tenant=tenant,
+                           actor="admin:a"))
+    assert str(refused.value) == (
+        "a tenant token names its tenant; admin and agent tokens name none")
+    assert ledger.read(tenants.tokens) == []
 
 
 def test_revoking_an_unknown_token_says_which(make_ledger: LedgerFactory) -> None:
