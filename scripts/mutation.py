@@ -28,6 +28,7 @@ checked (a run stopped early).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -37,6 +38,7 @@ import sys
 import time
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -173,15 +175,20 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
                                 "modules": modules}, indent=1) + "\n")
 
 
-def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None) -> int:
+def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
+                     equivalent: Callable[[Mutant], bool] | None = None) -> int:
     """Drop the survivors' results (of the mutants whose names match `patterns`, or all) from
     root/mutants' per-module files, so that the next mutmut run checks them again with
-    everything else undecided; how many were dropped."""
+    everything else undecided; how many were dropped. Those `equivalent` says are listed as
+    equivalent keep theirs: they are known to survive, and a survivor costs a run of every
+    test of its layer."""
     dropped = 0
     for meta in sorted((root / "mutants").rglob("*.py.meta")):
         data = json.loads(meta.read_text())
+        module = str(meta.relative_to(root / "mutants"))[: -len(".meta")]
         survivors = [k for k, v in data["exit_code_by_key"].items()
-                     if v in SURVIVED and _matches(k, patterns)]
+                     if v in SURVIVED and _matches(k, patterns)
+                     and not (equivalent and equivalent(Mutant(k, module, v)))]
         for key in survivors:  # no result: mutmut runs it, and --only's names include it
             data["exit_code_by_key"][key] = None
             data["durations_by_key"].pop(key, None)
@@ -189,6 +196,10 @@ def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None) -> in
             meta.write_text(json.dumps(data))
         dropped += len(survivors)
     return dropped
+
+
+def listed_equivalent(mutant: Mutant) -> bool:
+    return reason_if_equivalent(mutant, change(diff(mutant)), equivalents()) is not None
 
 
 def carried_from(root: Path = ROOT) -> list[str]:
@@ -206,9 +217,12 @@ def mutants(root: Path = ROOT) -> list[Mutant]:
 
 
 def diff(mutant: Mutant) -> str:
-    shown = subprocess.run([str(MUTMUT), "show", mutant.name], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout
-    return "\n".join(line for line in shown.splitlines() if not line.startswith("# "))
+    """The mutant against its original function, as `mutmut show` prints it, but in this
+    process: one `mutmut show` per survivor starts mutmut and reads every module's results to
+    find the mutant (half a minute each, over an hour for 140 survivors); the module is known."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    with contextlib.chdir(ROOT):  # mutmut reads mutants/ from the working directory
+        return get_diff_for_mutant(mutant.name, path=mutant.module)
 
 
 def change(diff_text: str) -> str:
@@ -345,11 +359,12 @@ def main() -> int:
     if not args.report_only:
         if seeded := seed():
             print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
+        if (args.retry_survivors or args.only) and not generated():
+            generate()  # a fresh clone: seeded results, no mutants (nor their diffs) yet
         if args.retry_survivors:
-            print(f"{forget_survivors(patterns=args.only)} survivors to run again")
+            forgotten = forget_survivors(patterns=args.only, equivalent=listed_equivalent)
+            print(f"{forgotten} survivors to run again")
         if args.only:
-            if not generated():  # a fresh clone: seeded results, no mutants yet
-                generate()
             names = unchecked(args.only)
             print(f"{len(names)} unchecked mutants match {' '.join(args.only)}")
             took = run_mutmut(args.max_children, names) if names else 0.0

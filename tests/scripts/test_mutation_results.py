@@ -121,6 +121,25 @@ def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
     assert mutation.forget_survivors(tmp_path) == 0  # nothing left to forget
 
 
+def test_a_survivor_listed_as_equivalent_is_not_run_again(mutation: ModuleType,
+                                                          tmp_path: Path) -> None:
+    """It is known to survive, and a survivor costs a run of every test of its layer."""
+    codes = {"poold.ledger.leases.x_grant__mutmut_1": 0, "poold.ledger.leases.x_grant__mutmut_2": 0}
+    path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(meta(codes)))
+    asked = []
+
+    def equivalent(mutant: object) -> bool:
+        asked.append((mutant.name, mutant.module))  # type: ignore[attr-defined]
+        return mutant.name.endswith("_1")  # type: ignore[attr-defined]
+
+    assert mutation.forget_survivors(tmp_path, equivalent=equivalent) == 1
+    assert json.loads(path.read_text())["exit_code_by_key"] == {
+        "poold.ledger.leases.x_grant__mutmut_1": 0, "poold.ledger.leases.x_grant__mutmut_2": None}
+    assert sorted(asked) == [(name, "poold/ledger/leases.py") for name in sorted(codes)]
+
+
 def test_only_names_the_unchecked_mutants_of_the_layer_asked_for(mutation: ModuleType,
                                                                   tmp_path: Path) -> None:
     """--only runs a layer's unchecked mutants by name: mutmut reruns every mutant it is given by
