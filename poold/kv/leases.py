@@ -71,6 +71,14 @@ class LeaseSlab:
             raise errors.LeaseLost(f"lease {self.id} is no longer held")
         return self.mapping.buffer
 
+    def readable(self) -> memoryview | None:
+        """The read-only view while the lease is usable, else None: buffer() and usable in one
+        call without raising (a get of one block runs it once a block, and their property
+        calls and try cost a tenth of a 256 KiB copy)."""
+        if self.dead_reason is None and self.lease.lost_reason is None:
+            return self.readonly
+        return None
+
     def tensor(self, offset: int, length: int, dtype: torch.dtype | None) -> torch.Tensor:
         """A zero-copy torch tensor over [offset, offset+length) (needs torch); LeaseLost once
         the lease is gone."""

@@ -221,13 +221,15 @@ class KVStore:
             self._check_open()
             self._tier.tick()
             where = self._index.get(key)
-            buffer = None if where is None else buffer_or_none(where.slab)
-            if where is not None and buffer is not None:
-                dst[:self.block_size] = buffer[where.offset:where.offset + self.block_size]
-                if where.slab.usable:
-                    self._index.touch(key)
-                    self._index.counts["hits"] += 1
-                    return True
+            if where is not None:
+                slab = where.slab
+                view = slab.readable()
+                if view is not None:
+                    dst[:self.block_size] = view[where.offset:where.offset + self.block_size]
+                    if slab.usable:  # lost during the copy: a miss
+                        self._index.touch(key)
+                        self._index.counts["hits"] += 1
+                        return True
                 self._tier.reap_lost()
             self._index.counts["misses"] += 1
             return False

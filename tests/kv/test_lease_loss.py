@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -54,16 +55,19 @@ def emptied(client: PooldClient, fd: int, lease_id: str) -> bytes:
 
 
 def lose_on_next_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From now on, the keepalive thread flips a lease lost just after a copy took its buffer:
-    the race no client can close, made to happen."""
-    original = LeaseSlab.buffer
+    """From now on, the keepalive thread flips a lease lost just after a copy took its buffer
+    (its writable one, or the read-only one a single get reads): the race no client can
+    close, made to happen."""
+    for name in ("buffer", "readable"):
+        original = getattr(LeaseSlab, name)
 
-    def buffer_then_lose(slab: LeaseSlab) -> memoryview:
-        view = original(slab)
-        slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
-        return view
+        def then_lose(slab: LeaseSlab, original: Callable[[LeaseSlab], memoryview | None]
+                      = original) -> memoryview | None:
+            view = original(slab)
+            slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"
+            return view
 
-    monkeypatch.setattr(LeaseSlab, "buffer", buffer_then_lose)
+        monkeypatch.setattr(LeaseSlab, name, then_lose)
 
 
 def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
