@@ -31,7 +31,7 @@ class LeaseClient(Protocol):
 
 
 class Lease:
-    def __init__(self, client: LeaseClient, info: LeaseInfo, *, keepalive: bool = True,
+    def __init__(self, client: LeaseClient, info: LeaseInfo, *, keepalive: bool,
                  token: str | None = None,
                  on_release: Callable[[Lease], None] | None = None) -> None:
         """`keepalive=False`: nothing renews it here (its session does, or the caller).

@@ -64,7 +64,7 @@ class SessionClient(Protocol):
 
 
 class Session:
-    def __init__(self, client: SessionClient, info: ClientSession, *, keepalive: bool = True,
+    def __init__(self, client: SessionClient, info: ClientSession, *, keepalive: bool,
                  on_reclaim: ReclaimHandler | None = None,
                  idle_s: IdleReport | None = None) -> None:
         self._client = client

@@ -99,12 +99,8 @@ class GrantRequest:
 
 def view(tx: Tx, lease: LeaseRecord) -> LeaseView:
     device = tx.device(lease.device_id)
-    pool = tx.catalog.pool_by_id(lease.pool_id)
-    if pool is None:  # added by another host since the snapshot
-        tx.refresh_catalog()
-        pool = tx.catalog.pool_by_id(lease.pool_id)
-    assert device is not None and pool is not None
-    return LeaseView.build(lease, device, pool.name, tx.now)
+    assert device is not None  # the foreign key
+    return LeaseView.build(lease, device, _pool_record(tx, lease.pool_id).name, tx.now)
 
 
 def grant(tx: Tx, request: GrantRequest) -> LeaseView:
@@ -305,8 +301,9 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseReco
     tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
              offset=lease.offset, length=lease.length, generation=lease.generation, scrub=scrub)
     if scrub and q.scrubs.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):
-        return replace(lease, state=LeaseState.SCRUBBING.value, ended_as=lease.state,
-                       scrubbed_bytes=0)
+        # What it ended as, and its scrub's progress (none yet: it was live), are the
+        # ledger's to keep; the answer shows it scrubbing.
+        return replace(lease, state=LeaseState.SCRUBBING.value)
     tx.space.free(lease.claim_id, Extent(lease.offset, lease.length))
     return lease
 

@@ -91,6 +91,8 @@ def listen(client: FeedClient) -> tuple[Session, list[list[str]]]:
 def test_the_listener_long_polls_and_hands_each_ask_over_once() -> None:
     client = FeedClient([ASK], [ASK])
     session, heard = listen(client)
+    (listener,) = [t for t in threading.enumerate() if t.name == f"poold-reclaim-{session.id[:8]}"]
+    assert listener.daemon  # it never holds the process at exit
     until("the second poll", lambda: len(client.waits) >= 3, patience(1))
     session.close()
     assert heard == [["l1"]]
@@ -152,9 +154,11 @@ def test_a_lease_granted_while_its_session_was_being_lost_is_lost_too() -> None:
 
 def test_closing_ends_the_renewals_and_the_leases_and_asks_the_daemon_once() -> None:
     client = FeedClient()
-    session = Session(client, info().model_copy(update={"ttl_s": 3}))  # type: ignore[arg-type]
+    session = Session(client, info().model_copy(update={"ttl_s": 3}),  # type: ignore[arg-type]
+                      keepalive=True)
     renewing = f"poold-session-{session.id[:8]}"
     until("a renewal", lambda: client.keepalives >= 1, patience(1))
+    assert renewing in {t.name for t in threading.enumerate()}
     lease = session.lease(2 << 20)
     session.close()
     assert lease.lost_reason == "session closed"
@@ -171,7 +175,7 @@ def test_asks_in_a_keepalives_answer_are_handed_over_too() -> None:
     client.asks_in_keepalive = [ASK]
     heard: list[list[str]] = []
     session = Session(client, info().model_copy(update={"ttl_s": 3}),  # type: ignore[arg-type]
-                      on_reclaim=lambda asks: heard.append([a.lease for a in asks]))
+                      keepalive=True, on_reclaim=lambda asks: heard.append([a.lease for a in asks]))
     until("the ask from the keepalive's answer", lambda: heard, patience(1))
     session.close()
     assert heard == [["l1"]]

@@ -4,6 +4,7 @@ alive, release, expiry, lost leases, and the daemon's errors rebuilt as the same
 from __future__ import annotations
 
 import os
+import threading
 import types
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -59,6 +60,11 @@ def renewals(client: PooldClient, lease_id: str, at_least: int) -> list[datetime
 def test_background_keepalive_outlives_the_ttl(client: PooldClient) -> None:
     ttl, count = 3, 5
     with client.lease(2 * MiB, ttl_s=ttl) as lease:
+        # One thread renews it, named for the lease (what a thread dump shows an operator),
+        # never holding the process at exit.
+        (renewer,) = [t for t in threading.enumerate()
+                      if t.name == f"poold-keepalive-{lease.id[:8]}"]
+        assert renewer.daemon
         renewed = until(f"{count} renewals", lambda: renewals(client, lease.id, count),
                         patience(count * ttl))
         lease.check()

@@ -4,6 +4,8 @@ releasing them all."""
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 
@@ -27,6 +29,10 @@ def test_one_keepalive_renews_every_lease_past_their_ttl(client: PooldClient) ->
     ttl = 6
     with client.session(ttl_s=ttl, labels={"engine": "test"}) as session:
         leases = [session.lease(2 * MiB) for _ in range(4)]
+        # One thread renews them all, named for the session; none per lease.
+        names = [t.name for t in threading.enumerate()]
+        assert names.count(f"poold-session-{session.id[:8]}") == 1
+        assert not {f"poold-keepalive-{lease.id[:8]}" for lease in leases} & set(names)
         assert {lease.info.session_id for lease in leases} == {session.id}
         until("three session renewals",
               lambda: len(client.events(kind="session.renewed")) >= 3, patience(3 * ttl))

@@ -15,6 +15,7 @@ from poold.ledger.clock import ManualClock
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
+from poold.ledger.space import Catalog
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.types import DeviceKind, EventKind, LeaseState, MiB
@@ -367,3 +368,36 @@ def test_a_device_another_host_bound_meanwhile_refuses_and_frees_the_room(
     again = b.run(partial(grant_with, tenant="team-a"))  # the same room, unbound by nothing
     assert again.offset == 16 * MiB  # b's claim, first extent: the refused grant left none
     assert b.read(fsck).clean
+
+
+def test_a_release_is_recorded_with_the_extent_it_freed(ledger: Ledger) -> None:
+    lease = grant(ledger, 2 * MiB)
+    ledger.run(partial(leases.release, lease_id=lease.id, actor="holder"))
+    (event,) = ledger.read(lambda s, _: reads.events(s, kind=EventKind.LEASE_RELEASED))
+    assert (event.actor, event.host, event.device_id, event.lease_id) == (
+        "holder", HOST, lease.device_id, lease.id)
+    assert event.details == {"offset": lease.offset, "length": lease.length,
+                             "generation": lease.generation, "scrub": False}
+
+
+def test_a_writer_whose_catalog_missed_a_pool_reads_it_again(ledger: Ledger) -> None:
+    """On PostgreSQL another host can add a pool after this writer read its catalog for the
+    transaction: a lease in it is still renewed and shown, its pool looked up again."""
+    lease = grant(ledger, 2 * MiB, ttl_s=60)
+
+    def stale(tx: Tx) -> None:
+        tx.snapshot = Catalog([], [], version=tx.catalog.version)  # read before any pool
+
+    def renew(tx: Tx) -> LeaseView:
+        stale(tx)
+        return leases.keepalive(tx, lease.id, 120, "t")
+
+    def show(tx: Tx) -> LeaseView:
+        stale(tx)
+        record = q.leases.lease_record(tx.conn, lease.id)
+        assert record is not None
+        return leases.view(tx, record)
+
+    renewed = ledger.run(renew)
+    assert (renewed.pool, renewed.ttl_s) == ("default", 120)
+    assert ledger.run(show) == renewed

@@ -38,6 +38,8 @@ def test_one_devices_extents_are_its_own_and_its_figures_live(
     assert {x.id: x.state for x in held} == {kept.id: LeaseState.ACTIVE,
                                              due.id: LeaseState.EXPIRED}
     assert (device.leased_bytes, device.live_leases) == (4 * MiB, 1)  # by the ledger's now
+    assert (device.size, device.claimed_bytes, device.free_bytes) == (
+        64 * MiB, 16 * MiB, 48 * MiB)  # free: not claimed by any host
     assert elsewhere.device_id != kept.device_id
     with pytest.raises(errors.UnknownDevice, match=r"^no device 999$"):
         ledger.read(lambda s, now: reads.device_extents(s, 999, now))
@@ -132,6 +134,8 @@ def test_lease_memory_says_the_kind_and_node_of_the_leases_device(
         view, found_kind, found_node = ledger.read(
             lambda s, now, i=lease.id: reads.lease_memory(s, i, now))
         assert (view.id, view.device, found_kind, found_node) == (lease.id, devname, kind, node)
+        shown = ledger.read(lambda s, now, i=view.device_id: reads.device_extents(s, i, now))[0]
+        assert (shown.devname, shown.kind, shown.numa_node) == (devname, kind, node)
     with pytest.raises(errors.UnknownLease):
         ledger.read(lambda s, now: reads.lease_memory(s, "0" * 32, now))
 

@@ -639,3 +639,28 @@ def test_a_host_trims_its_own_claim_that_another_hosts_trim_made_while_it_was_un
     assert [(e.details["offset"], e.details["length"]) for e in trimmed] == [(32 * MiB, 2 * MiB)]
     assert grant(b, 2 * MiB).offset in (32 * MiB, 62 * MiB)
     clean(a)
+
+
+def test_claims_idle_long_enough_go_back_each_on_record(make_ledger: LedgerFactory,
+                                                         clock: ManualClock) -> None:
+    """Only claims that held no lease for idle_s go back; the answer counts them, and each one's
+    release names its host, device, claim and extent, and why."""
+    a = make_ledger([SHARED], host_id="host-a", claim_slice=16 * MiB)
+    kept = grant(a, 4 * MiB)  # its claim stays
+    idle = [grant(a, 16 * MiB) for _ in range(2)]
+    for lease in idle:
+        release(a, lease.id)
+    claims = a.read(lambda s, _: {c.id: (c.offset, c.length) for c in s.query(Claim)
+                                  .filter_by(host_id="host-a", state="active")})
+    assert len(claims) == 3
+    assert a.run(partial(sharing.release_idle_claims, idle_s=30)) == 0  # not idle long enough
+    clock.advance(31)
+    assert a.run(partial(sharing.release_idle_claims, idle_s=30)) == 2
+    events = a.read(lambda s, _: reads.events(s, kind="claim.released"))
+    assert {(e.actor, e.host, e.device_id, e.details["reason"]) for e in events} == {
+        ("allocator", "host-a", kept.device_id, "idle")}
+    gone = {e.details["claim_id"]: (e.details["offset"], e.details["length"]) for e in events}
+    assert len(gone) == 2 and all(claims[c] == extent for c, extent in gone.items())
+    assert a.run(partial(sharing.release_idle_claims, idle_s=30)) == 0
+    assert lease_view(a, kept.id).state is LeaseState.ACTIVE
+    clean(a)
