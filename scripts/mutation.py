@@ -198,8 +198,10 @@ def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
     return dropped
 
 
-def listed_equivalent(mutant: Mutant) -> bool:
-    return reason_if_equivalent(mutant, change(diff(mutant)), equivalents()) is not None
+def listed_as_equivalent() -> Callable[[Mutant], bool]:
+    """Whether a mutant is listed in scripts/mutation-equivalent.toml (read once)."""
+    listed = equivalents()
+    return lambda mutant: reason_if_equivalent(mutant, change(diff(mutant)), listed) is not None
 
 
 def carried_from(root: Path = ROOT) -> list[str]:
@@ -362,7 +364,7 @@ def main() -> int:
         if (args.retry_survivors or args.only) and not generated():
             generate()  # a fresh clone: seeded results, no mutants (nor their diffs) yet
         if args.retry_survivors:
-            forgotten = forget_survivors(patterns=args.only, equivalent=listed_equivalent)
+            forgotten = forget_survivors(patterns=args.only, equivalent=listed_as_equivalent())
             print(f"{forgotten} survivors to run again")
         if args.only:
             names = unchecked(args.only)

@@ -120,15 +120,8 @@ class LRUK(Generic[K]):
             del self._young[entry[RANK]][key]
         if len(entry) - HISTORY < self.k:  # referenced now, the latest time: the dict's end
             self._young[entry[RANK]][key] = None
-            return
-        # _push of a full entry, spelt out: a hit of a block referenced K times comes here,
-        # once per block a get returns.
-        self._seq += 1
-        entry[SEQ] = seq = self._seq
-        self._live += 1
-        heapq.heappush(self._heap, (entry[RANK], True, entry[HISTORY], seq, key))
-        if len(self._heap) > 2 * self._live + 64:
-            self._maybe_compact()
+        else:
+            self._push(key, entry)
 
     def set_rank(self, key: K, rank: int) -> None:
         entry = self._entries[key]

@@ -392,7 +392,7 @@ def _check_quota(tx: Tx, tenant: str, pool_id: int, length: int) -> None:
     that grant, which then finds the row and waits on its lock)."""
     quota = q.tenants.lock_tenant_quota(tx.conn, tenant)
     new = quota is None
-    if quota is None:
+    if quota is None:  # (not `if new`: mypy narrows on the test itself)
         quota = tx.tenant_defaults
     if quota != (None, None):
         _within(quota, q.tenants.tenant_usage(tx.conn, tenant, tx.now), length,

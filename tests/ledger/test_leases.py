@@ -181,13 +181,13 @@ def test_an_unknown_lease_is_refused_by_name(ledger: Ledger) -> None:
     """What the caller sent, quoted; a string too long to be an id cut at 64 characters (it
     names no lease, and an error should not echo a megabyte back)."""
     absent = grant(ledger, 2 * MiB).id[:-4] + "0000"
-    long = "x" * 100
+    cases = (("nope", "'nope'"), ("x" * 100, repr("x" * 64)), (absent, repr(absent)))
     for command in (leases.release, leases.revoke, partial(leases.keepalive, ttl_s=None)):
-        for lease_id, said in (("nope", "'nope'"), (long, repr("x" * 64)), (absent, repr(absent))):
+        for lease_id, said in cases:
             with pytest.raises(errors.UnknownLease) as refused:
                 ledger.run(partial(command, lease_id=lease_id, actor="test"))
             assert str(refused.value) == f"no lease {said}"
-    for lease_id, said in (("nope", "'nope'"), (long, repr("x" * 64)), (absent, repr(absent))):
+    for lease_id, said in cases:
         with pytest.raises(errors.UnknownLease) as refused:
             ledger.read(lambda s, now, lease_id=lease_id: reads.lease(s, lease_id, now))
         assert str(refused.value) == f"no lease {said}"
