@@ -49,10 +49,9 @@ def _json(content: bytes, status_code: int = status.HTTP_200_OK) -> Response:
     return Response(content=content, status_code=status_code, media_type="application/json")
 
 
-async def _write(request: Request, command: Callable[[Tx], LeaseView],
-                 status_code: int = status.HTTP_200_OK) -> Response:
+async def _write(request: Request, command: Callable[[Tx], LeaseView]) -> Response:
     view: LeaseView = await asyncio.wrap_future(ledger_of(request).submit(command))
-    return _json(_ONE.dump_json(located(backing_of(request), view)), status_code)
+    return _json(_ONE.dump_json(located(backing_of(request), view)))
 
 
 def known(lease_id: str) -> str:

@@ -21,6 +21,8 @@ from tests.conftest import LedgerFactory
 
 ROOT_UID, TENANT_UID, STRANGER_UID = 0, 1000, 1001
 POLICY = PeerPolicy(admins=frozenset({ROOT_UID}), tenants={TENANT_UID: "team-a"})
+# Every peer's group: a number the policy knows as no uid, so a gid read for the uid shows.
+USERS_GID = 100
 
 
 def request(token: str | None = None, uid: int | None = None) -> Request:
@@ -28,7 +30,7 @@ def request(token: str | None = None, uid: int | None = None) -> Request:
     if token is not None:
         scope["headers"].append((b"authorization", token.encode()))
     if uid is not None:
-        scope[PEER_SCOPE_KEY] = (4242, uid, uid)
+        scope[PEER_SCOPE_KEY] = (4242, uid, USERS_GID)  # (pid, uid, gid)
     return Request(scope)
 
 

@@ -179,6 +179,24 @@ def test_a_lease_lost_during_a_single_get_into_is_a_miss(
             store.get_into(keys[0], bytearray(bs - 1))
 
 
+def test_a_lease_found_lost_when_a_single_get_starts_is_not_read(client: PooldClient) -> None:
+    """Lost between two calls (its keepalive thread flipped it; no call has reaped it yet): the
+    next one-block get finds the block indexed, reads nothing of the lease, and reaps it. (The
+    test above loses its lease during a copy, so its later get finds nothing indexed.)"""
+    bs = 16 * KiB
+    with KVStore(client, bs, budget_bytes=LEASE, lease_bytes=LEASE,
+                 maintenance_period_s=3600) as store:  # no upkeep reaps it first
+        keys = make_keys(1, tag=12)
+        assert store.put_many(keys, make_blocks(1, bs, seed=6)) == [True]
+        (slab,) = store._tier.leases.slabs
+        slab.lease.lost_reason = "LeaseNotActive: revoked (simulated)"  # what the thread does
+        untouched = bytearray(b"\xee" * bs)
+        assert store.get_into(keys[0], untouched) is False
+        assert untouched == b"\xee" * bs
+        stats = store.stats()
+        assert (stats.hits, stats.misses, stats.leases_lost, stats.lost) == (0, 1, 1, 1)
+
+
 def test_single_puts_after_a_revocation_never_touch_the_revoked_extent(
         client: PooldClient) -> None:
     with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE, ttl_s=TTL_S) as store:
