@@ -160,3 +160,31 @@ def test_a_lookup_that_raced_a_revocation_is_not_cached(ledger: Ledger, forget_a
             ledger.read = real_read  # type: ignore[method-assign]
         assert refused(authenticator, request(f"Bearer {bearer}")) == (
             f"token {token_id} was revoked")
+
+
+class HeardEverything:
+    """A revocation feed (the PostgreSQL LISTEN seam) that is listening and has nothing to say:
+    what the authenticator sees of a daemon that has heard every revocation so far."""
+
+    def subscribe(self, on_revoked: Any, on_reset: Any) -> None:
+        pass
+
+    def drain(self) -> bool:
+        return True
+
+
+def test_with_a_revocation_feed_a_token_is_trusted_for_the_longer_heard_period(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon that hears revocations as they commit re-reads a cached token only every
+    HEARD_TOKEN_CACHE_S (for a change made to the tokens table by hand), whatever cache_s says."""
+    now = [1000.0]
+    monkeypatch.setattr(auth_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    authenticator = TokenAuthenticator(ledger, cache_s=1.0,
+                                       feed=HeardEverything())  # type: ignore[arg-type]
+    token_id, bearer = token(ledger)
+    assert authenticator.authenticate(request(f"Bearer {bearer}")).tenant == "team-a"
+    ledger.run(partial(tenants.revoke_token, token_id=token_id, actor="by hand"))  # unheard
+    now[0] += auth_module.HEARD_TOKEN_CACHE_S - 0.1
+    assert authenticator.authenticate(request(f"Bearer {bearer}")).tenant == "team-a"
+    now[0] += 0.1
+    assert refused(authenticator, request(f"Bearer {bearer}")) == f"token {token_id} was revoked"
