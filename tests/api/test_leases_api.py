@@ -126,6 +126,8 @@ def test_unknown_and_malformed_paths(client: TestClient, method: str, path: str,
                                      error: str) -> None:
     r = client.request(method, path)
     assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    if error == "UnknownLease":  # the id as the caller sent it
+        assert r.json()["detail"] == "no lease 'nope'"
 
 
 def test_keepalive_with_bad_ttl(client: TestClient) -> None:

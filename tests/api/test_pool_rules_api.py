@@ -39,9 +39,10 @@ def test_rules_are_set_in_order_and_refusals_change_nothing(served: Served) -> N
     detail = served.refused(409, "Conflict", "DELETE", "/v1/pools/spare")
     assert "placement rules" in detail
     with served.tenant("team-r") as tenant:
-        served.refused(403, "Forbidden", "PUT", "/v1/pool-rules", client=tenant,
-                       json={"rules": []})
-        served.refused(403, "Forbidden", "GET", "/v1/pool-rules", client=tenant)
+        assert served.refused(403, "Forbidden", "PUT", "/v1/pool-rules", client=tenant,
+                              json={"rules": []}) == "tenant:team-r is not an admin"
+        assert served.refused(403, "Forbidden", "GET", "/v1/pool-rules", client=tenant) == (
+            "tenant:team-r is a tenant; this needs an admin or a host agent")
     assert served.admin.put("/v1/pool-rules", json={"rules": []}).json()["rules"] == []
     assert served.admin.delete("/v1/pools/spare").status_code == 200
 
