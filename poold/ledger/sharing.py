@@ -46,18 +46,17 @@ def claim_is_mine(tx: Tx, claim_id: int) -> bool:
     return False
 
 
-def resync_space(tx: Tx) -> bool:
-    """Reload this host's space from the ledger when another host changed its claims or leases;
-    True if it did."""
+def resync_space(tx: Tx) -> None:
+    """Reload this host's space from the ledger when another host changed its claims or
+    leases."""
     if q.hosts.own_fingerprint(tx.conn, tx.host_id) == tx.space.fingerprint():
-        return False
+        return
     session = tx.session
     align_of = {d.id: d.align for d in q.devices.list_devices(session)}
     tx.space.reload(HostSpace.rebuild(q.claims.live_claims(session, host_id=tx.host_id),
                                       q.leases.live_leases(session, host_id=tx.host_id), align_of))
     tx.checked_claims.clear()
     log.info("space.reloaded host=%s", tx.host_id)
-    return True
 
 
 def release_idle_claims(tx: Tx, idle_s: float) -> int:
@@ -73,17 +72,16 @@ def release_idle_claims(tx: Tx, idle_s: float) -> int:
     return released
 
 
-def reclaim_lost_hosts(tx: Tx) -> int:
+def reclaim_lost_hosts(tx: Tx) -> None:
     """Mark hosts silent for longer than tx.lost_after_s lost and adopt what they held on shared
     devices (what lies on a lost host's own devices stays its own until it comes back: no other
-    host reaches those bytes, to place leases or to zero them); returns how many hosts."""
+    host reaches those bytes, to place leases or to zero them)."""
     if tx.lost_after_s is None:
-        return 0
+        return
     lost = q.hosts.mark_lost_hosts(tx.conn, tx.now - timedelta(seconds=tx.lost_after_s),
                                    tx.host_id)
     for host_id in lost:
         _adopt(tx, host_id)
-    return len(lost)
 
 
 def _adopt(tx: Tx, lost_host: str) -> None:

@@ -95,6 +95,20 @@ def test_expiry_is_judged_by_the_ledger_clock(ledger: Ledger, clock: ManualClock
     assert_clean(ledger)
 
 
+def test_a_reap_finalises_every_lease_past_expiry_up_to_its_batch_and_counts_them(
+        ledger: Ledger, clock: ManualClock) -> None:
+    due = [grant(ledger, 2 * MiB, ttl_s=5) for _ in range(3)]
+    kept = grant(ledger, 2 * MiB, ttl_s=60)
+    clock.advance(6)
+    assert ledger.run(partial(leases.reap, limit=2)) == 2  # a batch at a time
+    assert ledger.run(leases.reap) == 1
+    assert ledger.run(leases.reap) == 0
+    ended = [e.lease_id for e in ledger.read(
+        lambda s, _: reads.events(s, kind=EventKind.LEASE_EXPIRED))]
+    assert sorted(ended) == sorted(x.id for x in due)
+    assert ledger.read(lambda s, now: reads.lease(s, kept.id, now)).state is LeaseState.ACTIVE
+
+
 def test_keepalive_extends_from_now(ledger: Ledger, clock: ManualClock) -> None:
     lease = grant(ledger, 2 * MiB, ttl_s=10)
     clock.advance(8)

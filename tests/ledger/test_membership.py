@@ -220,3 +220,21 @@ def test_other_hosts_claims_refuse_a_move_naming_them_all_and_what_to_do(
         "go back, then move it")
     assert device_row(here, "shared0").pool == "default"
     assert here.read(lambda s, now: reads.events(s, kind="device.changed")) == []
+
+
+def test_a_configs_rules_are_seeded_once_and_an_admins_edit_is_never_undone(
+        make_ledger: LedgerFactory) -> None:
+    """The first daemon to start with rules in its config writes them to the ledger; one that
+    starts with none leaves seeding to a later one; once seeded, no daemon's config (a restart,
+    another host's) undoes what an admin made of them, even none."""
+    ledger = make_ledger()
+    config = [membership.Rule("name", "emu*", "default")]
+    assert ledger.run(lambda tx: membership.seed_rules(tx, [])) == []
+    assert ledger.run(lambda tx: membership.seed_rules(tx, config)) == config
+    assert set_rules(ledger, []) == []
+    other = [membership.Rule("numa_node", "0", "default")]
+    for again in (config, other):
+        assert ledger.run(lambda tx, c=again: membership.seed_rules(tx, c)) == []
+    (seeded,) = [e for e in ledger.read(lambda s, now: reads.events(s, kind="pool.rules_changed"))
+                 if e.actor == "daemon"]
+    assert seeded.details["rules"] == [asdict(r) for r in config]

@@ -159,3 +159,36 @@ def test_pools_are_listed_live_ones_only_with_their_figures_and_quotas_by_tenant
     assert [q.tenant for q in shown.quotas] == ["team-a", "team-z"]
     assert {p.name for p in ledger.read(lambda s, now: reads.pools(s, now, retired=True))} == {
         "default", "early", "late"}
+
+
+def test_a_hosts_memory_and_region_leases_are_its_own_that_hold_their_extent(
+        make_ledger: LedgerFactory) -> None:
+    """What a daemon looks for when it starts: its leases whose memory is an object of its own
+    (emulated and system-ram devices: memfds), with kind and state, and its leases on regions
+    carved per lease (each its own dax device); a scrubbing one still holds its extent. Another
+    host's, a finished one and one on a device of another kind are not among them."""
+    specs = [replace(emulated_spec(64 * MiB, "emu0"), shared=True),
+             replace(emulated_spec(64 * MiB, "ram0"), kind=DeviceKind.SYSTEM_RAM, shared=True),
+             replace(emulated_spec(64 * MiB, "region0"), kind=DeviceKind.DAX_REGION,
+                     shared=True),
+             replace(emulated_spec(64 * MiB, "dax1.0"), kind=DeviceKind.DEVDAX, shared=True)]
+    a = make_ledger(specs, host_id="host-a", claim_slice=16 * MiB, scrub=True)
+    b = make_ledger(specs, host_id="host-b", claim_slice=16 * MiB, scrub=True)
+    mine = {name: grant(a, name, 2 * MiB) for name in ("emu0", "ram0", "region0", "dax1.0")}
+    ended_ram, ended_region, finished = (grant(a, name, 2 * MiB)
+                                         for name in ("ram0", "region0", "emu0"))
+    for lease in (ended_ram, ended_region, finished):
+        a.run(partial(leases.release, lease_id=lease.id, actor="t"))
+    a.run(lambda tx: leases.finish_scrub(tx, finished.id))
+    theirs = [grant(b, name, 2 * MiB) for name in ("emu0", "ram0", "region0")]
+
+    assert a.read(lambda s, now: reads.memory_leases(s, now, host_id="host-a")) == {
+        mine["emu0"].id: (DeviceKind.EMULATED, LeaseState.ACTIVE),
+        mine["ram0"].id: (DeviceKind.SYSTEM_RAM, LeaseState.ACTIVE),
+        ended_ram.id: (DeviceKind.SYSTEM_RAM, LeaseState.SCRUBBING)}
+    regions = a.read(lambda s, now: reads.region_leases(s, now, host_id="host-a"))
+    assert sorted((x.id, x.device, x.state) for x in regions) == sorted([
+        (mine["region0"].id, "region0", LeaseState.ACTIVE),
+        (ended_region.id, "region0", LeaseState.SCRUBBING)])
+    assert set(a.read(lambda s, now: reads.memory_leases(s, now, host_id="host-b"))) == {
+        theirs[0].id, theirs[1].id}

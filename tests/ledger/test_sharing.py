@@ -4,6 +4,7 @@ the ledger clock, fencing. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from functools import partial
 
@@ -664,3 +665,23 @@ def test_claims_idle_long_enough_go_back_each_on_record(make_ledger: LedgerFacto
     assert a.run(partial(sharing.release_idle_claims, idle_s=30)) == 0
     assert lease_view(a, kept.id).state is LeaseState.ACTIVE
     clean(a)
+
+
+def test_a_reloaded_space_holds_this_hosts_claims_and_leases_only(
+        make_ledger: LedgerFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """Another host trimmed b's claim: b's next tick reloads its space from the ledger, from b's
+    own claims and leases; the other hosts' leases on the device are theirs, not misfiled ones
+    of b's (each of which would be logged as an invariant broken)."""
+    a, b, c = hosts_on(make_ledger, 3)
+    for _ in range(2):
+        grant(c, 16 * MiB)  # c: [0, 32) MiB
+    small = [grant(b, 2 * MiB) for _ in range(4)]  # b: a claim at [32, 48)
+    for lease in small[1:]:
+        release(b, lease.id)
+    grant(a, 28 * MiB)  # a trims b's claim to [32, 34): b's space is stale
+    with caplog.at_level(logging.INFO, logger="poold.ledger"):
+        tick(b)
+    assert f"space.reloaded host={b.host_id}" in caplog.text
+    assert "space.misfiled_lease" not in caplog.text
+    assert grant(b, 2 * MiB).offset != small[0].offset  # b's lease still holds its bytes
+    clean(b)
