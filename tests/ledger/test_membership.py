@@ -8,6 +8,7 @@ from dataclasses import asdict, replace
 from functools import partial
 
 import pytest
+from sqlalchemy import select
 
 from poold.errors import DeviceBusy, InvalidRequest, UnknownDevice
 from poold.inventory import DeviceSpec
@@ -16,7 +17,7 @@ from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 from poold.ledger.views import DeviceView
-from poold.models import Pool
+from poold.models import Pool, PoolRule
 from poold.types import DeviceKind, MiB
 from tests.conftest import HOST, LedgerFactory, emulated_spec
 
@@ -238,3 +239,21 @@ def test_a_configs_rules_are_seeded_once_and_an_admins_edit_is_never_undone(
     (seeded,) = [e for e in ledger.read(lambda s, now: reads.events(s, kind="pool.rules_changed"))
                  if e.actor == "daemon"]
     assert seeded.details["rules"] == [asdict(r) for r in config]
+
+
+def test_rules_are_read_in_their_order_however_the_rows_lie(make_ledger: LedgerFactory) -> None:
+    """First match wins, so the order is the rules' positions, not the order the database
+    happens to return rows in (here written last position first)."""
+    ledger = make_ledger()
+    first, second = (membership.Rule("name", "emu*", "default"),
+                     membership.Rule("identity", "test:*", "default"))
+
+    def stored_backwards(tx: Tx) -> None:
+        pool_id = tx.session.scalars(select(Pool.id).where(Pool.name == "default")).one()
+        for position, rule in ((1, second), (0, first)):
+            tx.session.add(PoolRule(position=position, field=rule.field, pattern=rule.pattern,
+                                    pool_id=pool_id))
+            tx.session.flush()
+
+    ledger.run(stored_backwards)
+    assert ledger.read(lambda s, now: membership.rules(s)) == [first, second]
