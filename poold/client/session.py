@@ -13,7 +13,8 @@ request: when a grant elsewhere waits for room, the daemon asks for the coldest 
 `on_reclaim(asks)` is called from the session's reclaim thread (a long poll: it hears within
 milliseconds) and from its keepalive; the holder drops what the leases hold and releases them
 before each ask's deadline, or they are revoked. `idle_s()`, if given, tells the daemon at each
-keepalive how long each lease went unused, so the coldest are asked first.
+keepalive how long each lease went unused, so the coldest are asked first (None: nothing new
+this time, the daemon keeps the last report).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 # Called with the asks not handed over before (from the reclaim thread or the keepalive's).
 ReclaimHandler = Callable[[list[ReclaimAsk]], None]
 # Lease id -> seconds since the holder last used it.
-IdleReport = Callable[[], dict[str, float]]
+IdleReport = Callable[[], dict[str, float] | None]
 # How long one long poll of the reclaim feed waits before asking again.
 RECLAIM_POLL_S = 20.0
 

@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from poold.kv.buffers import Blocks, BufferLike
 
 # How long the reclaim thread waits for the store's lock before leaving an ask to the call that
-# holds it.
+# holds it, and the keepalive thread before sending no idle report this time.
 GIVE_BACK_WAIT_S = 0.01
+IDLE_REPORT_WAIT_S = 0.01
 # Lower ranks are evicted first; a whole class goes before any block of a higher one.
 DEFAULT_PRIORITIES: dict[str, int] = {"vision": 0, "default": 1, "system": 2}
 
@@ -95,9 +96,17 @@ class KVStore:
         else:
             self._tier.give_back_while_growing()
 
-    def _idle_report(self) -> dict[str, float]:
-        with self._lock:
+    def _idle_report(self) -> dict[str, float] | None:
+        """What each keepalive tells the daemon of the leases' idleness. The keepalive thread
+        never waits long for the store's lock: close holds it while it joins that thread, and
+        a growth may hold it for grow_wait_s, longer than a lease lives unrenewed. Without the
+        lock this keepalive reports nothing and the daemon keeps the last report."""
+        if not self._lock.acquire(timeout=IDLE_REPORT_WAIT_S):
+            return None
+        try:
             return self._tier.idle_report()
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> KVStore:
         return self

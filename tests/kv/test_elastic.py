@@ -98,10 +98,13 @@ class RecordedReports(httpx.HTTPTransport):
     def __init__(self) -> None:
         super().__init__()
         self.reports: list[dict[str, float]] = []
+        self.keepalives = 0  # with or without a report
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/keepalive") and request.content:
-            self.reports.append(json.loads(request.content)["idle_s"])
+        if request.url.path.endswith("/keepalive"):
+            self.keepalives += 1
+            if request.content:
+                self.reports.append(json.loads(request.content)["idle_s"])
         return super().handle_request(request)
 
 
@@ -133,6 +136,37 @@ def test_the_lease_asked_back_is_the_one_used_least_lately(daemon_url: str,
         got = cache.get_many(keys)
         assert got[:PER_LEASE] == [None] * PER_LEASE  # the cold lease went
         assert got[PER_LEASE:] == [block(data, i, BS) for i in range(PER_LEASE, 2 * PER_LEASE)]
+
+
+def test_keepalives_go_on_while_a_growth_waits_for_room_holding_the_lock(
+        daemon_url: str, client: PooldClient) -> None:
+    """A growth waits for room holding the store's lock, here for longer than the store's
+    leases live unrenewed: the keepalive thread does not wait for that lock (it sends no idle
+    report instead), so the leases outlive the wait and their blocks are still there. (Its
+    waiting for the lock also hung close, which holds the lock while it joins that thread.)"""
+    pool_blocks = DEVICE_BYTES // BS
+    transport = RecordedReports()
+    mine, data = make_keys(PER_LEASE, tag=10), make_blocks(PER_LEASE, BS, seed=10)
+    grown: list[list[bool]] = []
+    with PooldClient(daemon_url, transport=transport) as reporting, \
+            KVStore(client, BS, DEVICE_BYTES - LEASE, LEASE, idle_release_s=3600) as filler:
+        assert all(filler.put_many(make_keys(pool_blocks - PER_LEASE, tag=11),
+                                   make_blocks(pool_blocks - PER_LEASE, BS, seed=11)))
+        with KVStore(reporting, BS, 2 * LEASE, LEASE, ttl_s=3, grow_wait_s=60,
+                     idle_release_s=3600) as waiting:
+            assert all(waiting.put_many(mine, data))  # the last lease the pool had
+            growth = threading.Thread(target=lambda: grown.append(
+                waiting.put_many(make_keys(1, tag=12), make_blocks(1, BS, seed=12))))
+            growth.start()
+            sent = transport.keepalives
+            until("keepalives through a wait longer than the leases' ttl",
+                  lambda: transport.keepalives >= sent + 4, patience(4))
+            assert growth.is_alive()  # still waiting for room: the pool is full
+            filler.close()  # room, at last
+            growth.join(patience(3))
+            assert grown == [[True]]
+            assert waiting.get_many(mine) == [block(data, i, BS) for i in range(PER_LEASE)]
+            assert waiting.stats().leases_lost == 0
 
 
 def test_two_full_stores_growing_at_once_give_each_other_room(client: PooldClient) -> None:
