@@ -12,11 +12,12 @@ from api.schemas import ReclaimAsk
 from poold.client.http import PooldClient
 from poold.client.lease import Lease
 from poold.client.mapping import Mapping
-from poold.client.session import Session
+from poold.client.session import IdleReport, Session
 from poold.errors import ClientError, LeaseLost, MisalignedExtent, PooldError, TransportError
 
 __all__ = [
     "ClientError",
+    "IdleReport",
     "Lease",
     "LeaseInfo",
     "LeaseLost",

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from poold import errors
-from poold.client import Lease, Mapping, PooldClient, ReclaimAsk, Session
+from poold.client import IdleReport, Lease, Mapping, PooldClient, ReclaimAsk, Session
 from poold.kv.slab import Slab
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class LeaseSet:
                  grow_backoff_s: float = 1.0, elastic: bool = False,
                  on_reclaim: Callable[[], None] | None = None,
                  grow_wait_s: float = 0.0,
-                 idle_s: Callable[[], dict[str, float]] | None = None,
+                 idle_s: IdleReport | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`elastic`: the leases are a cache the daemon may ask back; `on_reclaim()` is then
         called (from the session's reclaim thread) once their ids are in `asked`.

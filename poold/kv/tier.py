@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from poold.client import PooldClient
+from poold.client import IdleReport, PooldClient
 from poold.kv.copies import Reserved
 from poold.kv.index import BlockIndex
 from poold.kv.leases import LeaseSet, LeaseSlab
@@ -35,7 +35,7 @@ class Tier:
                  pool: str | None, maintenance_period_s: float = 0.5,
                  elastic: bool = False, on_reclaim: Callable[[], None] | None = None,
                  grow_wait_s: float = 0.0,
-                 idle_s: Callable[[], dict[str, float]] | None = None,
+                 idle_s: IdleReport | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.block_size = block_size
         self._clock = clock
