@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "docs" / "bench-lmcache.md")
     args = parser.parse_args()
-    chunks, rounds = (8, 4) if args.quick else (32, 32)  # even: each backend first as often
+    chunks, rounds = (8, 4) if args.quick else (64, 64)  # even: each backend first as often
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir="/dev/shm") as shm, \
             tempfile.TemporaryDirectory() as tmp, poold_serve(Path(tmp)) as state:
