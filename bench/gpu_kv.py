@@ -13,6 +13,8 @@ on the device's own blocks (the GPU's own run-to-run noise).
 
 Measured, each the median of `--repeat` runs over the whole cache, GB/s (1e9 bytes):
 - store: GPU -> pinned staging -> poold (one put_many), beside torch's GPU -> pinned copy alone;
+- store in place: GPU -> the reserved slots of leases registered with CUDA (put_in_place), beside
+  the same torch copy;
 - load, staged: poold -> pinned staging (one get_many_into) -> GPU, beside torch's pinned -> GPU;
 - load, zero-copy: poold's block views (get_many_tensors) copied straight to the GPU, beside
   torch's copy from a pageable CPU tensor (what such a view is to CUDA);
@@ -110,14 +112,26 @@ def sync(device: torch.device) -> None:
 
 def median_gbs(run: Callable[[], None], nbytes: int, repeat: int, device: torch.device
                ) -> float:
-    times = []
-    for _ in range(repeat):
-        sync(device)
-        started = time.perf_counter()
-        run()
-        sync(device)
-        times.append(time.perf_counter() - started)
-    return nbytes / statistics.median(times) / 1e9
+    return nbytes / statistics.median(timed_s(run, device) for _ in range(repeat)) / 1e9
+
+
+def store_in_place(store: KVStore, keys: list[bytes], blocks: torch.Tensor) -> None:
+    """The device's blocks copied straight into the slots poold reserved (no staging)."""
+    def fill(positions: list[int], views: list[memoryview]) -> None:
+        for position, view in zip(positions, views, strict=True):
+            torch.frombuffer(view, dtype=torch.uint8).copy_(
+                blocks[position].view(-1).view(torch.uint8), non_blocking=True)
+        sync(blocks.device)  # written before the store indexes them
+
+    assert all(store.put_in_place(keys, fill))
+
+
+def timed_s(run: Callable[[], None], device: torch.device) -> float:
+    sync(device)
+    started = time.perf_counter()
+    run()
+    sync(device)
+    return time.perf_counter() - started
 
 
 def register_leases(store: KVStore, keys: list[bytes]) -> list[int]:
@@ -234,6 +248,19 @@ def main() -> None:
                              "pinned -> GPU (torch)",
                              median_gbs(lambda: back.copy_(staging, non_blocking=True), nbytes,
                                         args.repeat, device)))
+                in_place = []
+                for _ in range(args.repeat):
+                    store.discard(keys)
+                    in_place.append(timed_s(lambda: store_in_place(store, keys, on_gpu), device))
+                rows.insert(1, ("store: GPU -> leases registered with CUDA (put_in_place)",
+                                nbytes / statistics.median(in_place) / 1e9,
+                                "GPU -> pinned (torch)", rows[0][3]))
+                back.zero_()
+                load_staged()
+                sync(device)
+                results["stored in place, staged"] = (
+                    torch.equal(back, on_gpu), *decode(model, cache_of(back, layers), first,
+                                                       forced))
             finally:
                 for address in registered:
                     torch.cuda.cudart().cudaHostUnregister(address)

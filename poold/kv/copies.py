@@ -87,6 +87,27 @@ def write_blocks(reserved: list[Reserved], source: BlockSource) -> list[bool]:
     return written
 
 
+def hand_out_slots(reserved: list[Reserved], size: int,
+                   fill: Callable[[list[int], list[memoryview]], None]) -> list[bool]:
+    """Call `fill` once with the positions and writable views of the reserved slots whose lease
+    is still held; returns which were handed out (all of those, once `fill` returned)."""
+    handed = [False] * len(reserved)
+    positions: list[int] = []
+    views: list[memoryview] = []
+    buffers: dict[LeaseSlab, memoryview | None] = {}  # each lease checked once
+    for i, (position, _key, slab, slot) in enumerate(reserved):
+        if slab not in buffers:
+            buffers[slab] = buffer_or_none(slab)
+        buffer = buffers[slab]
+        if buffer is not None:
+            positions.append(position)
+            views.append(buffer[slot * size:(slot + 1) * size])
+            handed[i] = True
+    if views:
+        fill(positions, views)
+    return handed
+
+
 def read_into(found: list[Found], out: memoryview, size: int) -> list[bool]:
     """Copy each found block to out[position * size:]; returns which copies happened."""
     copied = [False] * len(found)

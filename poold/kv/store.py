@@ -34,8 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 from poold import errors
 from poold.client import PooldClient
-from poold.kv.buffers import BlockSource, block_view, output_view, split_blocks
-from poold.kv.copies import Found, buffer_or_none, read_blocks, read_into, write_blocks
+from poold.kv.buffers import block_view, output_view, split_blocks
+from poold.kv.copies import (
+    Found,
+    Reserved,
+    buffer_or_none,
+    hand_out_slots,
+    read_blocks,
+    read_into,
+    write_blocks,
+)
 from poold.kv.leases import LeaseSlab
 from poold.kv.stats import BlockLocation, KVStats, LostLease
 from poold.kv.tier import Tier
@@ -157,7 +165,22 @@ class KVStore:
         Returns, per key, whether the store holds it now. False: no room (budget spent and every
         block pinned), or its lease was lost during the copy. `session` also holds the keys
         for that session (see pin_session)."""
-        return self._put(keys, split_blocks(blocks, len(keys), self.block_size), priority,
+        source = split_blocks(blocks, len(keys), self.block_size)
+        return self._put(keys, lambda reserved: write_blocks(reserved, source), priority,
+                         session)
+
+    def put_in_place(self, keys: Sequence[bytes],
+                     fill: Callable[[list[int], list[memoryview]], None], *,
+                     priority: str = "default", session: str | None = None) -> list[bool]:
+        """put_many whose caller writes the blocks into their slots itself: `fill(positions,
+        views)` is called once, with the positions in `keys` of the blocks to write (a key held
+        already is not asked for) and a writable view of block_size bytes of leased memory for
+        each, and must have written them all when it returns (a GPU copy into leases registered
+        with the device, say, synchronised). The views are the lease's memory: use them only
+        inside `fill`. If `fill` raises, nothing is stored and the error goes up. Returns what
+        put_many returns."""
+        size = self.block_size
+        return self._put(keys, lambda reserved: hand_out_slots(reserved, size, fill), priority,
                          session)
 
     def put_async(self, keys: Sequence[bytes], blocks: Blocks, *, priority: str = "default",
@@ -167,17 +190,18 @@ class KVStore:
         keys = list(keys)
         source = split_blocks(blocks, len(keys), self.block_size)  # bad shapes fail here, now
         self._index.rank(priority)
-        return self._worker.submit(lambda: self._put(keys, source, priority, session))
+        return self._worker.submit(lambda: self._put(
+            keys, lambda reserved: write_blocks(reserved, source), priority, session))
 
-    def _put(self, keys: Sequence[bytes], source: BlockSource, priority: str,
-             session: str | None) -> list[bool]:
+    def _put(self, keys: Sequence[bytes], write: Callable[[list[Reserved]], list[bool]],
+             priority: str, session: str | None) -> list[bool]:
         self._index.rank(priority)  # refuse an unknown class before reserving anything
         with self._lock:
             self._check_open()
             self._tier.tick()
             held, reserved = self._tier.reserve(keys)
         try:
-            written = write_blocks(reserved, source)
+            written = write(reserved)
         except BaseException:  # give the reserved slots back before the error goes up
             with self._lock:
                 self._tier.commit(reserved, [False] * len(reserved), held, priority)

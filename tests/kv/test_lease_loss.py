@@ -107,6 +107,29 @@ def test_a_revoked_lease_is_dropped_reported_and_never_written_again(
             os.close(held)
 
 
+def test_a_lease_lost_while_the_caller_fills_it_in_place_indexes_nothing(
+        client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """put_in_place hands out the slots, then the lease goes while the caller writes them:
+    nothing the caller wrote is ever read back as a block."""
+    with KVStore(client, BS, budget_bytes=2 * LEASE, lease_bytes=LEASE) as store:
+        first = make_keys(1, tag=9)
+        store.put_many(first, make_blocks(1, BS))  # the lease exists before the race
+        lose_on_next_buffer(monkeypatch)
+        keys, data = make_keys(4), make_blocks(4, BS, seed=4)
+        filled: list[int] = []
+
+        def fill(positions: list[int], views: list[memoryview]) -> None:
+            for position, view in zip(positions, views, strict=True):
+                view[:] = block(data, position, BS)
+                filled.append(position)
+
+        assert store.put_in_place(keys, fill) == [False] * 4
+        monkeypatch.undo()
+        assert filled == [0, 1, 2, 3]  # the copy ran, on a lease lost under it
+        assert store.get_many(keys + first) == [None] * 5  # lost: misses, both
+        assert store.stats().blocks_used == 0
+
+
 def test_a_lease_lost_during_a_copy_stops_the_copy_and_indexes_nothing(
         client: PooldClient, monkeypatch: pytest.MonkeyPatch) -> None:
     bs = 16 * KiB

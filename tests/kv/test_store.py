@@ -59,6 +59,43 @@ def test_put_and_get_in_every_flavour(store: KVStore) -> None:
     assert stats.hit_rate == pytest.approx(11 / 13)
 
 
+def test_a_put_in_place_is_written_by_the_caller_into_its_slots(store: KVStore) -> None:
+    """What a GPU client does through leases registered with its device: the store reserves
+    the slots and the caller's copy writes them, in one call for the batch."""
+    keys, data = make_keys(8), make_blocks(8, BS)
+    assert store.put_many(keys[:2], data[:2 * BS]) == [True, True]
+    asked: list[int] = []
+
+    def fill(positions: list[int], views: list[memoryview]) -> None:
+        asked.extend(positions)
+        for position, view in zip(positions, views, strict=True):
+            assert (view.nbytes, view.readonly) == (BS, False)
+            view[:] = block(data, position, BS)
+
+    assert store.put_in_place(keys, fill) == [True] * 8
+    assert asked == list(range(2, 8))  # the blocks held already are not asked for
+    assert store.get_many(keys) == [block(data, i, BS) for i in range(8)]
+    stats = store.stats()
+    assert (stats.stored, stats.already_present, stats.blocks_used) == (8, 2, 8)
+
+
+def test_a_put_in_place_whose_fill_fails_stores_nothing_and_frees_its_slots(
+        store: KVStore) -> None:
+    keys, data = make_keys(PER_LEASE), make_blocks(PER_LEASE, BS)
+
+    def fails(positions: list[int], views: list[memoryview]) -> None:
+        views[0][:] = block(data, positions[0], BS)
+        raise RuntimeError("the device copy failed")
+
+    with pytest.raises(RuntimeError, match="the device copy failed"):
+        store.put_in_place(keys, fails)
+    assert store.contains_many(keys) == [False] * PER_LEASE
+    assert store.stats().blocks_used == 0
+    # Every slot back, none left reserved: the whole lease takes the same keys again.
+    assert store.put_many(keys, data) == [True] * PER_LEASE
+    assert store.get_many(keys) == [block(data, i, BS) for i in range(PER_LEASE)]
+
+
 def test_gets_can_be_zero_copy_views_of_the_lease(store: KVStore) -> None:
     key, data = make_keys(1)[0], make_blocks(1, BS)
     store.put(key, data)
