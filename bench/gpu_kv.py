@@ -219,12 +219,17 @@ def main() -> None:
                      median_gbs(lambda: staging.copy_(on_gpu, non_blocking=True), nbytes,
                                 args.repeat, device)))
         results = {}
-        for name, load in (("staged", load_staged), ("zero-copy", load_views)):
+
+        def check(name: str, load: Callable[[], None]) -> None:
+            """Load into a zeroed buffer, compare its bytes, decode from it."""
             back.zero_()
             load()
             sync(device)
             results[name] = (torch.equal(back, on_gpu),
                              *decode(model, cache_of(back, layers), first, forced))
+
+        check("staged", load_staged)
+        check("zero-copy", load_views)
         rows.append(("load: poold -> pinned (get_many_into) -> GPU",
                      median_gbs(load_staged, nbytes, args.repeat, device),
                      "pinned -> GPU (torch)",
@@ -237,12 +242,7 @@ def main() -> None:
         if device.type == "cuda":  # the leases' memory pinned for DMA, as an engine would
             registered = register_leases(store, keys)
             try:
-                back.zero_()
-                load_views()
-                sync(device)
-                results["zero-copy, registered"] = (
-                    torch.equal(back, on_gpu), *decode(model, cache_of(back, layers), first,
-                                                       forced))
+                check("zero-copy, registered", load_views)
                 rows.append(("load: poold views of leases registered with CUDA -> GPU",
                              median_gbs(load_views, nbytes, args.repeat, device),
                              "pinned -> GPU (torch)",
@@ -255,12 +255,7 @@ def main() -> None:
                 rows.insert(1, ("store: GPU -> leases registered with CUDA (put_in_place)",
                                 nbytes / statistics.median(in_place) / 1e9,
                                 "GPU -> pinned (torch)", rows[0][3]))
-                back.zero_()
-                load_staged()
-                sync(device)
-                results["stored in place, staged"] = (
-                    torch.equal(back, on_gpu), *decode(model, cache_of(back, layers), first,
-                                                       forced))
+                check("stored in place, staged", load_staged)
             finally:
                 for address in registered:
                     torch.cuda.cudart().cudaHostUnregister(address)

@@ -59,6 +59,19 @@ def hosts_on(make_ledger: LedgerFactory, n: int, spec: DeviceSpec = SHARED,
             for i in range(n)]
 
 
+def b_keeps_2_mib_of_its_claim(make_ledger: LedgerFactory
+                               ) -> tuple[Ledger, Ledger, list[LeaseView]]:
+    """Three hosts on a 64 MiB device: c holds [0, 32) MiB in two claims; b claimed [32, 48)
+    for four 2 MiB leases and released all but the first. Returns a, b and b's four leases."""
+    a, b, c = hosts_on(make_ledger, 3)
+    for _ in range(2):
+        grant(c, 16 * MiB)
+    small = [grant(b, 2 * MiB) for _ in range(4)]
+    for lease in small[1:]:
+        release(b, lease.id)
+    return a, b, small
+
+
 def lease_view(ledger: Ledger, lease_id: str) -> LeaseView:
     return ledger.read(lambda s, now: reads.lease(s, lease_id, now))
 
@@ -625,12 +638,7 @@ def test_a_host_trims_its_own_claim_that_another_hosts_trim_made_while_it_was_un
     """b's claim is trimmed by a (b keeps a new, smaller claim that b's writer has not read
     yet); b then empties it and asks for more than its stale space can place: making room, b
     trims its own new claim, which its space never held, and answers the grant as usual."""
-    a, b, c = hosts_on(make_ledger, 3)
-    for _ in range(2):
-        grant(c, 16 * MiB)  # c: [0, 32) MiB
-    small = [grant(b, 2 * MiB) for _ in range(4)]  # b: a claim at [32, 48)
-    for lease in small[1:]:
-        release(b, lease.id)
+    a, b, small = b_keeps_2_mib_of_its_claim(make_ledger)
     grant(a, 28 * MiB)  # b's claim trimmed to [32, 34), a new claim b's space does not know
     release(b, small[0].id)  # the new claim is idle in the ledger
     with pytest.raises(errors.NoCapacity):
@@ -672,12 +680,7 @@ def test_a_reloaded_space_holds_this_hosts_claims_and_leases_only(
     """Another host trimmed b's claim: b's next tick reloads its space from the ledger, from b's
     own claims and leases; the other hosts' leases on the device are theirs, not misfiled ones
     of b's (each of which would be logged as an invariant broken)."""
-    a, b, c = hosts_on(make_ledger, 3)
-    for _ in range(2):
-        grant(c, 16 * MiB)  # c: [0, 32) MiB
-    small = [grant(b, 2 * MiB) for _ in range(4)]  # b: a claim at [32, 48)
-    for lease in small[1:]:
-        release(b, lease.id)
+    a, b, small = b_keeps_2_mib_of_its_claim(make_ledger)
     grant(a, 28 * MiB)  # a trims b's claim to [32, 34): b's space is stale
     with caplog.at_level(logging.INFO, logger="poold.ledger"):
         tick(b)
