@@ -230,24 +230,22 @@ def main() -> None:
 
         check("staged", load_staged)
         check("zero-copy", load_views)
-        rows.append(("load: poold -> pinned (get_many_into) -> GPU",
-                     median_gbs(load_staged, nbytes, args.repeat, device),
-                     "pinned -> GPU (torch)",
-                     median_gbs(lambda: back.copy_(staging, non_blocking=True), nbytes,
-                                args.repeat, device)))
-        rows.append(("load: poold views (get_many_tensors) -> GPU",
-                     median_gbs(load_views, nbytes, args.repeat, device),
-                     "pageable -> GPU (torch)",
-                     median_gbs(lambda: back.copy_(pageable), nbytes, args.repeat, device)))
+
+        def beside(way: str, ours: Callable[[], None], peer: str,
+                   theirs: Callable[[], None]) -> None:
+            rows.append((way, median_gbs(ours, nbytes, args.repeat, device), peer,
+                         median_gbs(theirs, nbytes, args.repeat, device)))
+
+        beside("load: poold -> pinned (get_many_into) -> GPU", load_staged,
+               "pinned -> GPU (torch)", lambda: back.copy_(staging, non_blocking=True))
+        beside("load: poold views (get_many_tensors) -> GPU", load_views,
+               "pageable -> GPU (torch)", lambda: back.copy_(pageable))
         if device.type == "cuda":  # the leases' memory pinned for DMA, as an engine would
             registered = register_leases(store, keys)
             try:
                 check("zero-copy, registered", load_views)
-                rows.append(("load: poold views of leases registered with CUDA -> GPU",
-                             median_gbs(load_views, nbytes, args.repeat, device),
-                             "pinned -> GPU (torch)",
-                             median_gbs(lambda: back.copy_(staging, non_blocking=True), nbytes,
-                                        args.repeat, device)))
+                beside("load: poold views of leases registered with CUDA -> GPU", load_views,
+                       "pinned -> GPU (torch)", lambda: back.copy_(staging, non_blocking=True))
                 in_place = []
                 for _ in range(args.repeat):
                     store.discard(keys)
