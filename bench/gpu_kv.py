@@ -281,7 +281,7 @@ def report(args: argparse.Namespace, device: torch.device, config: LlamaConfig, 
              f"Model: Llama-shaped, random weights from a config ({config.num_hidden_layers} "
              f"layers, {config.num_key_value_heads} KV heads of {config.head_dim}, bfloat16); "
              f"a {tokens}-token prompt prefilled on the device: {nbytes / MiB:.0f} MiB of KV "
-             f"in {count} blocks of {block_bytes // MiB} MiB (LMCache's chunk: 256 tokens of "
+             f"in {count} blocks of {block_bytes / MiB:g} MiB (LMCache's chunk: 256 tokens of "
              "every layer, K and V). poold: `poold serve` on an emulated pool (memfd leases), "
              f"a KVStore of 64 MiB leases. Median of {args.repeat} runs over the whole cache; "
              "1 GB = 1e9 bytes.", "",
