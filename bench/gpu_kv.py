@@ -204,20 +204,18 @@ def main() -> None:
                 assert view is not None
                 back[i].view(-1).copy_(view, non_blocking=True)
 
-        rows = []
-        store.discard(keys)
-        times = []
-        for _ in range(args.repeat):  # each a fresh put: discard, then store
-            sync(device)
-            started = time.perf_counter()
-            store_all()
-            times.append(time.perf_counter() - started)
-            store.discard(keys)
-        store_all()
-        rows.append(("store: GPU -> pinned -> poold (put_many)", nbytes / statistics.median(times)
-                     / 1e9, "GPU -> pinned (torch)",
-                     median_gbs(lambda: staging.copy_(on_gpu, non_blocking=True), nbytes,
-                                args.repeat, device)))
+        def fresh_store_gbs(put: Callable[[], None]) -> float:
+            """GB/s of `put` storing the whole cache afresh (discarded before each run)."""
+            times = []
+            for _ in range(args.repeat):
+                store.discard(keys)
+                times.append(timed_s(put, device))
+            return nbytes / statistics.median(times) / 1e9
+
+        rows = [("store: GPU -> pinned -> poold (put_many)", fresh_store_gbs(store_all),
+                 "GPU -> pinned (torch)",
+                 median_gbs(lambda: staging.copy_(on_gpu, non_blocking=True), nbytes,
+                            args.repeat, device))]
         results = {}
 
         def check(name: str, load: Callable[[], None]) -> None:
@@ -246,12 +244,8 @@ def main() -> None:
                 check("zero-copy, registered", load_views)
                 beside("load: poold views of leases registered with CUDA -> GPU", load_views,
                        "pinned -> GPU (torch)", lambda: back.copy_(staging, non_blocking=True))
-                in_place = []
-                for _ in range(args.repeat):
-                    store.discard(keys)
-                    in_place.append(timed_s(lambda: store_in_place(store, keys, on_gpu), device))
                 rows.insert(1, ("store: GPU -> leases registered with CUDA (put_in_place)",
-                                nbytes / statistics.median(in_place) / 1e9,
+                                fresh_store_gbs(lambda: store_in_place(store, keys, on_gpu)),
                                 "GPU -> pinned (torch)", rows[0][3]))
                 check("stored in place, staged", load_staged)
             finally:
