@@ -13,6 +13,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import CLAIMS, ENDED, HOLDING, LEASES, SHARED_DEVICE_IDS
+from poold.ledger.queries.hot import HotStatement
 from poold.models import Claim, Lease
 from poold.types import ClaimState, Extent
 
@@ -64,7 +65,7 @@ _INSERT_CLAIM = insert(CLAIMS).returning(CLAIMS.c.id)
 # that trims or releases that claim takes FOR UPDATE (SKIP LOCKED: a claim in use by its owner's
 # open transaction is skipped, not waited for, so two writers never deadlock over claims), then
 # reads the claim's leases in a new statement, which sees everything its owner committed.
-_OWN_CLAIM = (
+_OWN_CLAIM = HotStatement(
     select(CLAIMS.c.id)
     .where(CLAIMS.c.id == bindparam("claim_id"), CLAIMS.c.host_id == bindparam("host_id"),
            CLAIMS.c.state == ClaimState.ACTIVE.value)
@@ -121,7 +122,7 @@ def insert_claim(conn: Connection, *, device_id: int, host_id: str, extent: Exte
 def own_claim_is_live(conn: Connection, claim_id: int, host_id: str) -> bool:
     """The claim is live and `host_id`'s; locked FOR SHARE to the end of the transaction, so no
     other host can trim or take it before a lease placed in it commits."""
-    return conn.execute(_OWN_CLAIM, {"claim_id": claim_id, "host_id": host_id}).first() is not None
+    return bool(_OWN_CLAIM.rows(conn, {"claim_id": claim_id, "host_id": host_id}))
 
 
 def lock_claims_on_device(conn: Connection, device_id: int) -> list[tuple[int, str, Extent]]:

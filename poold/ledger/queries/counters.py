@@ -13,6 +13,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import COUNTERS
+from poold.ledger.queries.hot import HotStatement
 from poold.models import Claim, Counter, Lease
 
 # --- ORM, the session first: off the hot path, building each query per call is affordable ---
@@ -43,13 +44,13 @@ def set_value(session: Session, name: str, new: int) -> None:
 
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
-_NEXT_GENERATIONS = (
+_NEXT_GENERATIONS = HotStatement(
     update(COUNTERS)
     .where(COUNTERS.c.name == "generation")
     .values(value=COUNTERS.c.value + bindparam("count"))
     .returning(COUNTERS.c.value)
 )
-_NEXTVAL = select(func.nextval("lease_generation"))
+_NEXTVAL = HotStatement(select(func.nextval("lease_generation")))
 
 
 def next_generations(conn: Connection, count: int) -> int:
@@ -61,6 +62,7 @@ def next_generations(conn: Connection, count: int) -> int:
     if conn.dialect.name == "postgresql":
         last = 0
         for _ in range(count):
-            last = int(conn.execute(_NEXTVAL).scalar_one())
-        return last
-    return int(conn.execute(_NEXT_GENERATIONS, {"count": count}).scalar_one())
+            ((last,),) = _NEXTVAL.rows(conn, {})
+        return int(last)
+    ((last,),) = _NEXT_GENERATIONS.rows(conn, {"count": count})
+    return int(last)

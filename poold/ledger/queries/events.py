@@ -14,6 +14,7 @@ from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import EVENTS
+from poold.ledger.queries.hot import HotStatement
 from poold.models import Event
 from poold.types import EventKind
 
@@ -52,14 +53,13 @@ def events_for_leases(session: Session) -> dict[str, set[str]]:
 
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
-_INSERT_EVENTS = insert(EVENTS)
+_INSERT_EVENTS = HotStatement(insert(EVENTS))
 
 
 def insert_events(conn: Connection, events: list[dict[str, Any]]) -> None:
     """Append audit rows (keys: at, kind, actor, host_id, device_id, lease_id, details) in one
-    executemany."""
-    if events:
-        conn.execute(_INSERT_EVENTS, events)
+    executemany (every command writes some: on the driver's cursor)."""
+    _INSERT_EVENTS.many(conn, events)
 
 
 def notify(conn: Connection, channel: str, payload: str) -> None:
