@@ -22,6 +22,7 @@ from poold.ledger.queries._tables import (
     SELECT_LEASE,
     SHARED_DEVICE_IDS,
 )
+from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import LEASE_COLUMNS, LeaseRecord
 from poold.models import Lease
 from poold.types import HOLDING_STATES, Extent, LeaseState
@@ -108,10 +109,10 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
 
-_LEASE_BY_ID = SELECT_LEASE.where(LEASES.c.id == bindparam("lease_id"))
-_LEASE_BY_KEY = SELECT_LEASE.where(
+_LEASE_BY_ID = HotStatement(SELECT_LEASE.where(LEASES.c.id == bindparam("lease_id")))
+_LEASE_BY_KEY = HotStatement(SELECT_LEASE.where(
     LEASES.c.host_id == bindparam("host_id"), LEASES.c.idempotency_key == bindparam("key"),
-    func.coalesce(LEASES.c.tenant, "") == func.coalesce(bindparam("tenant", type_=String), ""))
+    func.coalesce(LEASES.c.tenant, "") == func.coalesce(bindparam("tenant", type_=String), "")))
 _EXPIRED_LEASES = (
     SELECT_LEASE
     .where(LEASES.c.host_id == bindparam("host_id"), LEASES.c.state == ACTIVE,
@@ -119,20 +120,20 @@ _EXPIRED_LEASES = (
     .order_by(LEASES.c.expires_at)
     .limit(bindparam("limit"))
 )
-_INSERT_LEASE = insert(LEASES)
-_RENEW_LEASE = (
+_INSERT_LEASE = HotStatement(insert(LEASES))
+_RENEW_LEASE = HotStatement(
     update(LEASES)
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at > bindparam("now"))
     .values(expires_at=bindparam("new_expires_at"), ttl_s=bindparam("new_ttl_s"))
 )
-_EXPIRE_LEASE = (
+_EXPIRE_LEASE = HotStatement(
     update(LEASES)
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at <= bindparam("now"))
     .values(state=LeaseState.EXPIRED.value, ended_at=bindparam("now"))
 )
-_END_OWN_LEASE = (
+_END_OWN_LEASE = HotStatement(
     update(LEASES)
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.host_id == bindparam("owner"),
            LEASES.c.state == ACTIVE, LEASES.c.expires_at > bindparam("now"))
@@ -179,17 +180,16 @@ _OWN_ACTIVE_LEASES = SELECT_LEASE.where(LEASES.c.host_id == bindparam("host_id")
 
 
 def lease_record(conn: Connection, lease_id: str) -> LeaseRecord | None:
-    row = conn.execute(_LEASE_BY_ID, {"lease_id": lease_id}).one_or_none()
-    return None if row is None else LeaseRecord(*row)
+    rows = _LEASE_BY_ID.rows(conn, {"lease_id": lease_id})
+    return LeaseRecord(*rows[0]) if rows else None
 
 
 def lease_record_by_key(conn: Connection, host_id: str, tenant: str | None, key: str
                         ) -> LeaseRecord | None:
     """The lease granted with this idempotency key on this host for this tenant (None: for
     admins and agents leasing for no tenant)."""
-    row = conn.execute(_LEASE_BY_KEY, {"host_id": host_id, "tenant": tenant,
-                                       "key": key}).one_or_none()
-    return None if row is None else LeaseRecord(*row)
+    rows = _LEASE_BY_KEY.rows(conn, {"host_id": host_id, "tenant": tenant, "key": key})
+    return LeaseRecord(*rows[0]) if rows else None
 
 
 def expired_leases(conn: Connection, host_id: str, now: datetime, limit: int
@@ -199,29 +199,29 @@ def expired_leases(conn: Connection, host_id: str, now: datetime, limit: int
 
 
 def insert_lease(conn: Connection, lease: LeaseRecord) -> None:
-    conn.execute(_INSERT_LEASE, lease.values())
+    _INSERT_LEASE.rowcount(conn, lease.values())
 
 
 def renew_lease(conn: Connection, lease_id: str, now: datetime, expires_at: datetime,
                 ttl_s: int) -> int:
     """Extend a lease that is still valid at `now`; 0 rows when it is not."""
-    return conn.execute(_RENEW_LEASE, {"lease_id": lease_id, "now": now,
-                                       "new_expires_at": expires_at, "new_ttl_s": ttl_s}).rowcount
+    return _RENEW_LEASE.rowcount(conn, {"lease_id": lease_id, "now": now,
+                                        "new_expires_at": expires_at, "new_ttl_s": ttl_s})
 
 
 def expire_lease(conn: Connection, lease_id: str, now: datetime) -> int:
     """Finalise an active lease as expired, only if it is past expires_at by the ledger clock
     (`now`) in the same statement; 0 rows otherwise."""
-    return conn.execute(_EXPIRE_LEASE, {"lease_id": lease_id, "now": now}).rowcount
+    return _EXPIRE_LEASE.rowcount(conn, {"lease_id": lease_id, "now": now})
 
 
 def end_own_lease(conn: Connection, lease_id: str, host_id: str, state: LeaseState,
                   now: datetime) -> LeaseRecord | None:
     """Release or revoke in one statement: end the lease if it is `host_id`'s, active and still
     valid at `now`, and return it as it ended; None, having written nothing, otherwise."""
-    row = conn.execute(_END_OWN_LEASE, {"lease_id": lease_id, "owner": host_id, "now": now,
-                                        "new_state": state.value}).one_or_none()
-    return None if row is None else LeaseRecord(*row)
+    rows = _END_OWN_LEASE.rows(conn, {"lease_id": lease_id, "owner": host_id, "now": now,
+                                      "new_state": state.value})
+    return LeaseRecord(*rows[0]) if rows else None
 
 
 def holding_in_range(conn: Connection, device_id: int, extent: Extent

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import COUNTERS, DEVICES, POOL_QUOTAS, POOLS, SELECT_DEVICES
+from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import DeviceRecord, PoolRecord, Quota
 from poold.models import Pool
 
@@ -47,7 +48,7 @@ _USABLE_DEVICES = (SELECT_DEVICES
 
 _SELECT_QUOTAS = select(POOL_QUOTAS.c.pool_id, POOL_QUOTAS.c.tenant, POOL_QUOTAS.c.max_bytes,
                        POOL_QUOTAS.c.max_leases)
-_CATALOG_VERSION_SQL = "SELECT value FROM counters WHERE name = 'catalog'"
+_CATALOG_VERSION = HotStatement(select(COUNTERS.c.value).where(COUNTERS.c.name == "catalog"))
 _BUMP_CATALOG = (update(COUNTERS).where(COUNTERS.c.name == "catalog")
                  .values(value=COUNTERS.c.value + 1))
 
@@ -67,12 +68,9 @@ def catalog(conn: Connection, host_id: str) -> tuple[list[PoolRecord], list[Devi
 
 def catalog_version(conn: Connection) -> int:
     """How many admin changes pools have seen: a snapshot read at another version is stale.
-
-    The one read every batch of the writer makes, so it skips building and compiling a
-    statement (exec_driver_sql: about half the cost of a Core select) but not SQLAlchemy's
-    error handling, which invalidates a connection the server dropped (a raw cursor's error
-    would hand the dead connection back to the pool)."""
-    return int(conn.exec_driver_sql(_CATALOG_VERSION_SQL).scalar_one())
+    The one read every batch of the writer makes (on the driver's cursor)."""
+    ((version,),) = _CATALOG_VERSION.rows(conn, {})
+    return int(version)
 
 
 def catalog_changed(conn: Connection) -> None:
