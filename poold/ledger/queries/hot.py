@@ -8,11 +8,9 @@ ms through Core, 0.24 ms through the cursor, 0.45 ms through exec_driver_sql, on
 insert, per set of columns), keeps the type processors SQLAlchemy would apply (UTCDateTime, JSON,
 SQLite's text timestamps) and runs the compiled SQL on the transaction's DBAPI cursor.
 
-What stays SQLAlchemy's: the transaction (begin, commit, rollback, SQLite's BEGIN IMMEDIATE) and
-what an error means. A driver error is raised as SQLAlchemy would raise it (DBAPIError.instance:
-IntegrityError, DataError, OperationalError, ... with `.orig`), so the writer's handling of
-refused data and transient conflicts is unchanged; a dropped connection is invalidated, never
-handed back to the pool.
+What stays SQLAlchemy's: the transaction (begin, commit, rollback) and what an error means
+(poold.db.cursor_execute raises what Core's execute would), so the writer's handling of refused
+data, transient conflicts and dropped connections is unchanged.
 """
 
 from __future__ import annotations
@@ -22,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.expression import ClauseElement
+
+from poold.db import cursor_execute
 
 Processor = Callable[[Any], Any] | None
 
@@ -60,9 +59,8 @@ class HotStatement:
     def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run it once; the rows it returned (RETURNING or a select), processed."""
         compiled = self._for(conn.dialect, values)
-        cursor = _cursor(conn)
+        cursor = cursor_execute(conn, compiled.sql, compiled.parameters(values))
         try:
-            _run(conn, cursor, compiled.sql, compiled.parameters(values), many=False)
             if cursor.description is None:
                 return []
             return [compiled.row(raw) for raw in cursor.fetchall()]
@@ -72,9 +70,8 @@ class HotStatement:
     def rowcount(self, conn: Connection, values: Mapping[str, Any]) -> int:
         """Run it once; how many rows it changed."""
         compiled = self._for(conn.dialect, values)
-        cursor = _cursor(conn)
+        cursor = cursor_execute(conn, compiled.sql, compiled.parameters(values))
         try:
-            _run(conn, cursor, compiled.sql, compiled.parameters(values), many=False)
             if cursor.description is not None:
                 cursor.fetchall()  # sqlite3 counts the rows of a RETURNING as they are read
             return int(cursor.rowcount)
@@ -86,11 +83,8 @@ class HotStatement:
         if not values:
             return
         compiled = self._for(conn.dialect, values[0])
-        cursor = _cursor(conn)
-        try:
-            _run(conn, cursor, compiled.sql, [compiled.parameters(v) for v in values], many=True)
-        finally:
-            cursor.close()
+        cursor_execute(conn, compiled.sql, [compiled.parameters(v) for v in values],
+                       many=True).close()
 
     def _for(self, dialect: Dialect, values: Mapping[str, Any]) -> _Compiled:
         # An insert's columns are the keys given; other statements' parameters are their own.
@@ -117,26 +111,3 @@ def _compile(statement: ClauseElement, dialect: Dialect, columns: tuple[str, ...
     results = tuple(column.type.dialect_impl(dialect).result_processor(dialect, None)
                     for column in returned)
     return _Compiled(compiled.string, names, positional, binds, fixed, results)
-
-
-def _cursor(conn: Connection) -> Any:
-    # The transaction's own connection: the statements are part of what it commits.
-    return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-
-
-def _run(conn: Connection, cursor: Any, sql: str, parameters: Any, many: bool) -> None:
-    dialect = conn.dialect
-    error_class = dialect.loaded_dbapi.Error
-    try:
-        if many:
-            cursor.executemany(sql, parameters)
-        else:
-            cursor.execute(sql, parameters)
-    except error_class as exc:
-        # As SQLAlchemy's own execute would: a connection the server dropped is invalidated
-        # (discarded, not pooled again), and the error is the one Core would have raised.
-        dropped = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
-        if dropped:
-            conn.invalidate(exc)
-        raise DBAPIError.instance(sql, parameters, exc, error_class,
-                                  connection_invalidated=dropped, dialect=dialect) from exc
