@@ -13,6 +13,7 @@ from sqlalchemy import Connection, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import ACTIVE, LEASES, SELECT_LEASE
+from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import LeaseRecord, ReclaimAsk
 from poold.models import Lease
 from poold.types import LeaseState
@@ -61,13 +62,13 @@ _OVERDUE = (
     .order_by(LEASES.c.reclaim_by)
     .limit(bindparam("limit"))
 )
-_ASKED_IN_SESSION = (
+_ASKED_IN_SESSION = HotStatement(
     select(LEASES.c.id, LEASES.c.length, LEASES.c.reclaim_by)
     .where(LEASES.c.session_id == bindparam("session_id"), LEASES.c.state == ACTIVE,
            LEASES.c.reclaim_by.is_not(None))
     .order_by(LEASES.c.reclaim_by, LEASES.c.id)
 )
-_REPORT_USE = (
+_REPORT_USE = HotStatement(
     update(LEASES)
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.session_id == bindparam("sid"),
            LEASES.c.state == ACTIVE)
@@ -100,11 +101,10 @@ def overdue(conn: Connection, host_id: str, now: datetime, limit: int) -> list[L
 def asked_in_session(conn: Connection, session_id: str) -> list[ReclaimAsk]:
     """The session's live leases asked back, soonest deadline first."""
     return [ReclaimAsk(row[0], row[1], row[2])
-            for row in conn.execute(_ASKED_IN_SESSION, {"session_id": session_id})]
+            for row in _ASKED_IN_SESSION.rows(conn, {"session_id": session_id})]
 
 
 def report_use(conn: Connection, session_id: str, used: dict[str, datetime]) -> None:
     """When the holder last used each of its leases (those of other sessions are ignored)."""
-    if used:
-        conn.execute(_REPORT_USE, [{"lease_id": lease_id, "sid": session_id, "at": at}
-                                   for lease_id, at in used.items()])
+    _REPORT_USE.many(conn, [{"lease_id": lease_id, "sid": session_id, "at": at}
+                            for lease_id, at in used.items()])

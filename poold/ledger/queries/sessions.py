@@ -14,6 +14,7 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import ACTIVE, LEASES, SESSIONS
+from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import SESSION_COLUMNS, SessionRecord
 from poold.models import ClientSession, Lease
 from poold.types import SessionState
@@ -72,15 +73,15 @@ def live_lease_ids(session: Session, session_ids: Sequence[str], now: datetime
 # --- the writer's hot path: Core, built once at import ---------------------------------------
 
 _SELECT_SESSION = select(*(SESSIONS.c[name] for name in SESSION_COLUMNS))
-_SESSION_BY_ID = _SELECT_SESSION.where(SESSIONS.c.id == bindparam("sid"))
-_INSERT_SESSION = insert(SESSIONS)
-_RENEW_SESSION = (
+_SESSION_BY_ID = HotStatement(_SELECT_SESSION.where(SESSIONS.c.id == bindparam("sid")))
+_INSERT_SESSION = HotStatement(insert(SESSIONS))
+_RENEW_SESSION = HotStatement(
     update(SESSIONS)
     .where(SESSIONS.c.id == bindparam("sid"), SESSIONS.c.state == ACTIVE,
            SESSIONS.c.expires_at > bindparam("now"))
     .values(expires_at=bindparam("new_expires_at"))
 )
-_RENEW_SESSION_LEASES = (
+_RENEW_SESSION_LEASES = HotStatement(
     update(LEASES)
     .where(LEASES.c.session_id == bindparam("sid"), LEASES.c.state == ACTIVE,
            LEASES.c.expires_at > bindparam("now"))
@@ -115,12 +116,12 @@ _LIVE_SESSIONS_OF_NO_TENANT = _LIVE_SESSIONS.where(SESSIONS.c.tenant.is_(None))
 
 
 def session_record(conn: Connection, session_id: str) -> SessionRecord | None:
-    row = conn.execute(_SESSION_BY_ID, {"sid": session_id}).one_or_none()
-    return None if row is None else SessionRecord(*row)
+    rows = _SESSION_BY_ID.rows(conn, {"sid": session_id})
+    return SessionRecord(*rows[0]) if rows else None
 
 
 def insert_session(conn: Connection, record: SessionRecord) -> None:
-    conn.execute(_INSERT_SESSION, record.values())
+    _INSERT_SESSION.rowcount(conn, record.values())
 
 
 def renew_session(conn: Connection, session_id: str, now: datetime, expires_at: datetime,
@@ -128,9 +129,9 @@ def renew_session(conn: Connection, session_id: str, now: datetime, expires_at: 
     """Extend a session still valid at `now` and every valid lease in it; the ids of those
     leases, or None (nothing written) when the session is not valid."""
     params = {"sid": session_id, "now": now, "new_expires_at": expires_at}
-    if conn.execute(_RENEW_SESSION, params).rowcount != 1:
+    if _RENEW_SESSION.rowcount(conn, params) != 1:
         return None
-    rows = conn.execute(_RENEW_SESSION_LEASES, {**params, "new_ttl_s": ttl_s})
+    rows = _RENEW_SESSION_LEASES.rows(conn, {**params, "new_ttl_s": ttl_s})
     return sorted(lease_id for lease_id, in rows)
 
 
