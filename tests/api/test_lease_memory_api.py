@@ -97,5 +97,7 @@ def test_a_lease_nothing_can_be_made_of_is_refused_and_released(
         assert refused.status_code == 507, refused.text
         assert refused.json()["error"] == "NoCapacity"
         assert client.get("/v1/leases", params={"state": "active"}).json() == []
-        assert [(x["device"], x["state"]) for x in client.get("/v1/leases").json()] == [
-            (device, ended)]
+        (lease,) = client.get("/v1/leases").json()
+        assert (lease["device"], lease["state"]) == (device, ended)
+        (release,) = client.get("/v1/events", params={"kind": "lease.released"}).json()
+        assert (release["lease_id"], release["actor"]) == (lease["id"], "daemon")
