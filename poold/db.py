@@ -64,7 +64,7 @@ def _configure_sqlite(engine: Engine, *, writer: bool, synchronous: str) -> None
 
     @event.listens_for(engine, "begin")
     def on_begin(connection: Connection) -> None:
-        # Every transaction runs it: on the cursor (a third of exec_driver_sql's cost).
+        # Every transaction runs it: on the cursor (about half of exec_driver_sql's cost).
         cursor_execute(connection, "BEGIN IMMEDIATE" if writer else "BEGIN").close()
 
 
