@@ -150,7 +150,8 @@ class Daemon:
                                   huge_pages=settings.emulate_huge_pages)
         recover_memory(self.memory, self.ledger)
         self.backing = LeaseBacking(self.memory, self.regions)
-        self.scrubber = Scrubber(self.ledger, self.metrics, self.memory, self.regions)
+        self.scrubber = Scrubber(self.ledger, self.metrics, self.memory, self.regions,
+                                 full_every_s=settings.reap_interval_s)
         self.fd_server = FdServer(settings.sockets_dir / "fd.sock", self.ledger, self.lease_key,
                                   self.backing)
         self.auth: TokenAuthenticator | None = None
@@ -340,8 +341,8 @@ class Daemon:
         # interval for those another host's daemon ended.
         scrub_wanted = asyncio.Event()
         scrub_wanted.set()
-        self.ledger.writer.on_leases_ended = partial(_wake, asyncio.get_running_loop(),
-                                                     scrub_wanted)
+        self.ledger.writer.on_leases_ended = partial(_leases_ended, self.scrubber,
+                                                     asyncio.get_running_loop(), scrub_wanted)
         tasks = [asyncio.create_task(every(s.reap_interval_s, "reaper", self.tick)),
                  asyncio.create_task(when_woken(scrub_wanted, s.reap_interval_s, SCRUB_GAP_S,
                                                 "scrubber", self.scrubber.run_once))]
@@ -390,6 +391,13 @@ class Daemon:
     def serve(self) -> None:
         """Serve the API until a signal stops it (poold.daemon.serving)."""
         serve(self.app, self.settings, self.notifier)
+
+
+def _leases_ended(scrubber: Scrubber, loop: asyncio.AbstractEventLoop, event: asyncio.Event,
+                  ended: dict[str, bool]) -> None:
+    """The writer ended these leases (in its thread): the scrubber is told which, and woken."""
+    scrubber.note_ended(ended)
+    _wake(loop, event)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:

@@ -12,6 +12,12 @@ go back to the kernel, which zero-fills each page before it hands it out again, 
 lease on those ledger bytes gets a new memfd. Each pass also drops the memfds of leases that
 ended without scrubbing (pools that do not scrub), so none outlives its lease by more than one
 pass.
+
+The writer tells the scrubber which leases it ended (`note_ended`). When none of them waits for a
+scrub, a pass only drops their memfds, reading nothing from the ledger: under churn in a pool
+that does not scrub, that is most passes, and a full pass's reads cost the API the GIL. A full
+pass (everything waiting, every memfd swept) still runs whenever a lease waits for its scrub, at
+start, when nothing woke it, and at least every `full_every_s` whatever the churn.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import ctypes
 import logging
 import mmap
 import os
+import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -47,14 +54,40 @@ GAP_S = 0.1
 
 class Scrubber:
     def __init__(self, ledger: Ledger, metrics: Metrics,
-                 memory: LeaseMemory | None = None, regions: RegionLeases | None = None) -> None:
+                 memory: LeaseMemory | None = None, regions: RegionLeases | None = None,
+                 full_every_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         self._ledger = ledger
         self._metrics = metrics
         self._memory = memory
         self._regions = regions
+        self._full_every_s = full_every_s
+        self._clock = clock
+        self._lock = threading.Lock()  # note_ended comes from the writer's thread
+        self._ended: dict[str, bool] = {}  # told since the last pass: lease id -> waits for scrub
+        self._full_at: float | None = None  # clock() at the last full pass
+
+    def note_ended(self, ended: Mapping[str, bool]) -> None:
+        """The ledger writer committed the end of these leases (id -> whether it waits for its
+        scrub): the next pass knows what it has to do without asking the ledger."""
+        with self._lock:
+            self._ended.update(ended)
 
     def run_once(self) -> int:
         """Scrub every lease of this host that waits for it; returns how many were freed."""
+        with self._lock:
+            told, self._ended = self._ended, {}
+        now = self._clock()
+        if told and not any(told.values()) and self._full_at is not None \
+                and now - self._full_at < self._full_every_s:
+            if self._memory is not None:  # nothing to zero: their memfds go, the ledger unread
+                for lease_id in told:
+                    self._memory.drop(lease_id)
+            return 0
+        self._full_at = now
+        return self._full_pass()
+
+    def _full_pass(self) -> int:
         if self._memory is not None:
             self._memory.sweep(self._still_holding)
         done: list[str] = []

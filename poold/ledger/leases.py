@@ -297,7 +297,7 @@ def _ended(tx: Tx, lease: LeaseRecord, kind: EventKind, actor: str) -> LeaseReco
     free again, or, in a pool that scrubs, kept as `scrubbing` until the daemon zeroed them
     (`finish_scrub`). Returns the lease as it is now."""
     scrub = scrubs_before_reuse(tx, _pool_record(tx, lease.pool_id), lease.device_id)
-    tx.ended = True
+    tx.ended[lease.id] = scrub
     tx.event(kind, actor, host_id=lease.host_id, device_id=lease.device_id, lease_id=lease.id,
              offset=lease.offset, length=lease.length, generation=lease.generation, scrub=scrub)
     if scrub and q.scrubs.start_scrub(tx.conn, lease.id, LeaseState(lease.state)):

@@ -51,9 +51,10 @@ class Tx:
     # Devices an admin operation is changing in the kernel (poold.ledger.devices.hold): the
     # writer's own set, shared by every Tx, so no grant lands on them meanwhile.
     held: set[int] = field(default_factory=set)
-    # Leases of this transaction's commands that ended (the writer tells the scrubber once the
-    # transaction committed: their bytes or memfds wait for it).
-    ended: bool = False
+    # Leases of this transaction's commands that ended, each with whether it waits for a scrub
+    # (kept `scrubbing`); the writer hands them to the scrubber once the transaction committed:
+    # their bytes or memfds wait for it.
+    ended: dict[str, bool] = field(default_factory=dict)
 
     @property
     def session(self) -> Session:

@@ -92,9 +92,10 @@ class LedgerWriter:
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._gate = threading.Lock()  # orders submit() against stop()
-        # Called (in the writer's thread) after a transaction that ended leases committed: the
-        # daemon's scrubber wakes on it rather than polling the ledger.
-        self.on_leases_ended: Callable[[], None] | None = None
+        # Called (in the writer's thread) after a transaction that ended leases committed, with
+        # each lease id and whether it waits for a scrub: the daemon's scrubber wakes on it
+        # rather than polling the ledger.
+        self.on_leases_ended: Callable[[dict[str, bool]], None] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-writer", daemon=True)
@@ -248,7 +249,7 @@ class LedgerWriter:
         told = self.on_leases_ended  # read once: the daemon clears it at shutdown
         if tx.ended and told is not None:
             try:
-                told()
+                told(tx.ended)
             except Exception:  # committed: a failure here must not fail (and replay) the batch
                 log.exception("ledger.on_leases_ended_failed")
         return outcomes

@@ -289,14 +289,14 @@ def test_the_writer_says_when_a_committed_transaction_ended_leases(
     make_ledger: LedgerFactory,
 ) -> None:
     """What wakes the daemon's scrubber: told after the commit of each transaction that ended
-    a lease (released, revoked, expired), once whatever their number; not for grants, nor for
-    a transaction rolled back."""
+    a lease (released, revoked, expired), once whatever their number, with each lease and
+    whether it waits for its scrub; not for grants, nor for a transaction rolled back."""
     ledger = make_ledger([emulated_spec(512 * MiB)])
-    told: list[bool] = []
+    told: list[tuple[dict[str, bool], bool]] = []
 
-    def tell() -> None:  # in the writer's thread, after the commit: the release is on record
-        told.append(ledger.read(lambda s, now: reads.lease(s, first.id, now)).state
-                    is not LeaseState.ACTIVE)
+    def tell(ended: dict[str, bool]) -> None:  # in the writer's thread, after the commit
+        told.append((dict(ended), ledger.read(
+            lambda s, now: reads.lease(s, first.id, now)).state is not LeaseState.ACTIVE))
 
     ledger.writer.on_leases_ended = tell
     first, second = ledger.run(grant_command()), ledger.run(grant_command())
@@ -305,10 +305,10 @@ def test_the_writer_says_when_a_committed_transaction_ended_leases(
         ends = [ledger.submit(partial(leases.release, lease_id=x.id, actor="test"))
                 for x in (first, second)]
     assert [f.result(30).state for f in ends] == [LeaseState.RELEASED] * 2
-    assert told == [True]
+    assert told == [({first.id: False, second.id: False}, True)]
     third = ledger.run(grant_command())
     ledger.run(partial(leases.revoke, lease_id=third.id, actor="admin"))
-    assert told == [True, True]
+    assert told[1:] == [({third.id: False}, True)]
 
     def ends_then_fails(tx: Tx) -> None:
         leases.release(tx, fourth.id, "test")
@@ -317,8 +317,24 @@ def test_the_writer_says_when_a_committed_transaction_ended_leases(
     fourth = ledger.run(grant_command())
     with pytest.raises(RuntimeError):
         ledger.run(ends_then_fails)
-    assert told == [True, True]
+    assert len(told) == 2
     assert ledger.read(lambda s, now: reads.lease(s, fourth.id, now)).state is LeaseState.ACTIVE
+
+
+def test_the_writer_says_which_ended_leases_wait_for_their_scrub(
+    make_ledger: LedgerFactory,
+) -> None:
+    """In a pool that scrubs, an ended lease is told as waiting for its scrub (the scrubber's
+    full pass zeroes it); the scrub's own end is no lease ending."""
+    ledger = make_ledger([emulated_spec(512 * MiB)], scrub=True)
+    told: list[dict[str, bool]] = []
+    ledger.writer.on_leases_ended = lambda ended: told.append(dict(ended))
+    lease = ledger.run(grant_command())
+    assert ledger.run(partial(leases.release, lease_id=lease.id,
+                              actor="test")).state is LeaseState.SCRUBBING
+    assert told == [{lease.id: True}]
+    ledger.run(lambda tx: leases.finish_scrub(tx, lease.id))
+    assert told == [{lease.id: True}]
 
 
 def test_a_failing_leases_ended_callback_fails_nothing_committed(
@@ -329,7 +345,7 @@ def test_a_failing_leases_ended_callback_fails_nothing_committed(
     ledger = make_ledger([emulated_spec(512 * MiB)])
     calls: list[str] = []
 
-    def broken() -> None:
+    def broken(_ended: dict[str, bool]) -> None:
         calls.append("told")
         raise RuntimeError("the scrubber's wake failed")
 
