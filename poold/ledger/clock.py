@@ -16,6 +16,8 @@ from typing import Protocol
 from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
+from poold.ledger.queries.hot import HotStatement
+
 # What the clock reads the database through: a read's session, or the writer's connection.
 Db = Session | Connection
 
@@ -38,10 +40,17 @@ class DatabaseClock:
     def now(self, db: Db) -> datetime:
         bind = db.get_bind() if isinstance(db, Session) else db
         if bind.dialect.name == "postgresql":
-            value = db.execute(select(func.clock_timestamp())).scalar_one()
+            if isinstance(db, Connection):  # the writer's, once a transaction: its hot path
+                value = _CLOCK_TIMESTAMP.rows(db, {})[0][0]
+            else:
+                value = db.execute(_CLOCK_SELECT).scalar_one()
             assert isinstance(value, datetime)
             return value.astimezone(UTC)
         return self._host_clock()
+
+
+_CLOCK_SELECT = select(func.clock_timestamp())
+_CLOCK_TIMESTAMP = HotStatement(_CLOCK_SELECT)
 
 
 class ManualClock:
