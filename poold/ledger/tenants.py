@@ -256,7 +256,7 @@ class RevocationFeed:
         `token_id`; returns the backend pids of those that did not within `timeout`."""
         deadline = time.monotonic() + timeout
         waiting: set[int] = set()
-        while time.monotonic() < deadline:
+        while True:  # one look at least, however late it starts: a stall is no confirmation
             self.drain()
             with self._lock:
                 if self._conn is None:
@@ -266,9 +266,10 @@ class RevocationFeed:
                 except psycopg.Error:
                     break  # the listening thread finds out and listens again
                 waiting -= self._heard_by.get(token_id, set())
-                if not waiting:
+                left = deadline - time.monotonic()
+                if not waiting or left <= 0:
                     break
-                self._heard.wait(_CONFIRM_POLL_S)
+                self._heard.wait(min(_CONFIRM_POLL_S, left))
         with self._lock:
             self._heard_by.pop(token_id, None)
         return waiting

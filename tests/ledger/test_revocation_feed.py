@@ -107,6 +107,9 @@ def test_a_revocation_is_confirmed_once_every_listener_heard_it(pg_url: str, eng
             conn.execute(text("SELECT pg_notify(:c, 'tok-unheard')"), {"c": REVOKED_CHANNEL})
         unheard = feeds[0].confirm("tok-unheard", timeout=0.5)
         assert deaf.info.backend_pid in unheard and unheard.isdisjoint(pids)
+        # A wait whose deadline passed before its first look (a stalled thread) still looks:
+        # running out of time is no confirmation.
+        assert deaf.info.backend_pid in feeds[0].confirm("tok-never-sent", timeout=0)
     finally:
         deaf.close()
         for feed in feeds:
