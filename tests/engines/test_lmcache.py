@@ -105,7 +105,7 @@ def test_poold_inside_lmcache(engine_env: dict[str, str]) -> None:
                                        str(inner / "check_adapter.py"),
                                        str(inner / "check_backend.py")],
                      cwd=inner, env=engine_env, plugin_dir=inner)
-    run.expect(passed=10)
+    run.expect(passed=11)
 
 
 def test_the_lmcache_bench_runs_and_checks_its_bytes(tmp_path: Path) -> None:

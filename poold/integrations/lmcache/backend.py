@@ -206,6 +206,21 @@ class PooldBackend(StoragePluginInterface):
             self._layouts.pop(raw, None)
         return self.objects.delete([raw])[0] is not None
 
+    def clear(self) -> int:
+        """LMCacheEngine.clear (an operator's, or its controller's): every chunk goes but the
+        pinned ones, as LMCache's CPU backend keeps those it cannot evict; returns the tokens
+        they held, as that backend counts them. Their blocks are free for the next puts; the
+        leases stay until idle (idle_release_s)."""
+        with self._lock:
+            held = list(self._layouts.items())
+        going = [(raw, layout) for raw, layout in held if not self.objects.locked(raw)]
+        with self._lock:
+            for raw, _layout in going:
+                self._layouts.pop(raw, None)
+        sizes = self.objects.delete([raw for raw, _layout in going])
+        return sum(layout.shapes[0][layout.fmt.token_dim()]
+                   for (_raw, layout), size in zip(going, sizes, strict=True) if size is not None)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def get_blocking(self, key: CacheEngineKey) -> MemoryObj | None:

@@ -169,6 +169,25 @@ def test_a_sessions_chunks_are_evicted_last_across_its_gaps(manager: StorageMana
         got.ref_count_down()
 
 
+def test_clear_drops_every_chunk_but_the_pinned_ones(manager: StorageManager) -> None:
+    """LMCacheEngine.clear reaches the plugin (StorageManager.clear): its chunks are misses
+    after it, counted in tokens as LMCache's CPU backend counts them; a pinned chunk stays, as
+    that backend keeps the ones it cannot evict, and reads back byte for byte."""
+    backend = plugin(manager)
+    keys = [key(300 + i) for i in range(4)]
+    written = chunks(manager, 4, seed=3, keys=keys)
+    landed(backend, keys)
+    assert backend.pin(keys[0])
+    assert manager.clear(locations=["poold"]) == 3 * SHAPE[2]  # 256 tokens a chunk
+    assert [backend.contains(k) for k in keys] == [True, False, False, False]
+    assert manager.clear(locations=["poold"]) == 0
+    backend.unpin(keys[0])
+    got = backend.get_blocking(keys[0])
+    assert got is not None
+    assert torch.equal(got.tensor.view(torch.int16), written[0].view(torch.int16))
+    got.ref_count_down()
+
+
 def test_remove_and_a_revoked_lease_are_misses(manager: StorageManager) -> None:
     chunks(manager, 2, seed=2)
     backend = plugin(manager)
