@@ -66,6 +66,7 @@ class Scrubber:
         self._lock = threading.Lock()  # note_ended comes from the writer's thread
         self._ended: dict[str, bool] = {}  # told since the last pass: lease id -> waits for scrub
         self._full_at: float | None = None  # clock() at the last full pass
+        self._left_over = False  # the last full pass left a scrub to try again
 
     def note_ended(self, ended: Mapping[str, bool]) -> None:
         """The ledger writer committed the end of these leases (id -> whether it waits for its
@@ -78,8 +79,8 @@ class Scrubber:
         with self._lock:
             told, self._ended = self._ended, {}
         now = self._clock()
-        if told and not any(told.values()) and self._full_at is not None \
-                and now - self._full_at < self._full_every_s:
+        if told and not any(told.values()) and not self._left_over \
+                and self._full_at is not None and now - self._full_at < self._full_every_s:
             if self._memory is not None:  # nothing to zero: their memfds go, the ledger unread
                 for lease_id in told:
                     self._memory.drop(lease_id)
@@ -88,10 +89,12 @@ class Scrubber:
         return self._full_pass()
 
     def _full_pass(self) -> int:
+        self._left_over = True  # until this pass has finished all it found (it may raise)
         if self._memory is not None:
             self._memory.sweep(self._still_holding)
         done: list[str] = []
         jobs = []
+        no_device = False
         carved = set()  # leases of regions carved per lease: their devices go once zeroed
         for waiting in self._ledger.read(partial(reads.scrubbing, host_id=self._ledger.host_id)):
             if waiting.kind == DeviceKind.DAX_REGION:
@@ -99,6 +102,7 @@ class Scrubber:
             try:
                 jobs.append(self._on_its_device(waiting))
             except PooldError as exc:  # no device to zero it through yet: the next pass
+                no_device = True
                 log.warning("scrub.no_device lease=%s error=%s", waiting.lease_id, exc)
         ends: dict[str, int] = {}  # per device, the furthest byte this pass zeroes
         for job in jobs:
@@ -122,12 +126,13 @@ class Scrubber:
         # closed): its holder's mappings fault from now on, and a new device can be made there.
         if self._regions is not None:
             done = [i for i in done if i not in carved or self._regions.unmake(i)]
-        finished = set(done)  # what failed is tried again at the next pass
+        finished = set(done)  # what failed is tried again at the next pass (a full one)
         self._metrics.scrub_remaining.set(sum(
             job.length - job.done for job in jobs if job.lease_id not in finished))
         # One transaction frees the whole pass: under churn, one commit instead of one each.
         freed = sum(view is not None for view in self._ledger.run(
             lambda tx: [leases.finish_scrub(tx, lease_id) for lease_id in done])) if done else 0
+        self._left_over = no_device or len(finished) < len(jobs)
         self._metrics.scrubs.inc(freed)
         return freed
 

@@ -4,6 +4,7 @@ nothing woke it, and at least every `full_every_s` whatever the churn, is a full
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -16,9 +17,11 @@ from poold.daemon.fdstore import NoStore
 from poold.daemon.leasemem import LeaseMemory
 from poold.daemon.nodemem import NodeAllocator
 from poold.daemon.scrub import Scrubber
-from poold.ledger import leases, reads
+from poold.ledger import leases, pools, reads, registry
+from poold.ledger import queries as q
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
+from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.types import LeaseState, MiB
 from tests.conftest import LedgerFactory, emulated_spec
@@ -138,3 +141,46 @@ def test_an_end_that_waits_for_its_scrub_gets_a_full_pass(
     assert s.ledger.read(lambda session, now: reads.lease(session, lease.id, now)).state \
         is LeaseState.RELEASED
     assert not s.memory.holds(lease.id)
+
+
+def _cold_pool_beside(tx: Tx) -> None:
+    """A second pool, `cold`, that does not scrub, on a device of its own (emu1)."""
+    cold, _ = pools.seed(tx, pools.PoolPolicy(name="cold", claim_slice=0, default_ttl_s=60,
+                                              max_ttl_s=3600, scrub_on_release=False))
+    default = q.pools.get_pool_by_name(tx.session, "default")
+    assert default is not None
+    registry.reconcile_devices(tx, [emulated_spec(64 * MiB), emulated_spec(64 * MiB, "emu1")],
+                               lambda spec: cold if spec.devname == "emu1" else default)
+
+
+def test_a_scrub_left_unfinished_is_tried_again_by_the_next_pass(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full pass that could not finish a scrub (its memory refused to go) makes the next pass
+    a full one too, even when that pass is told only of ends that need no scrub."""
+    s = Setup(make_ledger([emulated_spec(64 * MiB)], scrub=True), monkeypatch)
+    s.ledger.run(_cold_pool_beside)
+    s.scrubber.run_once()
+    scrubbed = s.grant()
+    assert s.release(scrubbed) is LeaseState.SCRUBBING
+    drop = s.memory.drop
+    failing = [scrubbed.id]
+
+    def refuses_once(lease_id: str) -> bool:
+        if lease_id in failing:
+            failing.remove(lease_id)
+            raise OSError(errno.EIO, "the device refused")
+        return drop(lease_id)
+
+    monkeypatch.setattr(s.memory, "drop", refuses_once)
+    s.now += 1.0
+    assert s.scrubber.run_once() == 0  # tried, failed: left for the next pass
+    request = GrantRequest(size=4 * MiB, actor="test", ttl_s=60, pool="cold")
+    cold = s.ledger.run(partial(leases.grant, request=request))
+    s.memory.create(cold.id, cold.length)
+    assert s.release(cold) is LeaseState.RELEASED
+    s.now += 1.0
+    assert s.scrubber.run_once() == 1
+    assert s.ledger.read(lambda session, now: reads.lease(session, scrubbed.id, now)).state \
+        is LeaseState.RELEASED
+    assert not s.memory.holds(cold.id) and not s.memory.holds(scrubbed.id)
