@@ -80,11 +80,20 @@ def cursor_execute(conn: Connection, sql: str, parameters: Any = (), *,
     cursor = dbapi_connection.cursor()
     dialect = conn.dialect
     error_class = dialect.loaded_dbapi.Error
+    # Listeners of Core's cursor events (tracing, bench/ledger_scale.py's read counter) see
+    # these statements as they see Core's, without an execution context (Core gives its own
+    # special-case executions none either).
+    observed = conn._has_events or conn.engine._has_events
     try:
+        if observed:
+            for fn in conn.dispatch.before_cursor_execute:
+                sql, parameters = fn(conn, cursor, sql, parameters, None, many)
         if many:
             cursor.executemany(sql, parameters)
         else:
             cursor.execute(sql, parameters)
+        if observed:
+            conn.dispatch.after_cursor_execute(conn, cursor, sql, parameters, None, many)
     except error_class as exc:
         cursor.close()
         dropped = dialect.is_disconnect(exc, dbapi_connection, None)

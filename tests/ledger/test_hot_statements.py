@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Connection, Engine, bindparam, insert, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, event, insert, select, text, update
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
 from poold import db
@@ -106,3 +106,33 @@ def test_a_dropped_connection_is_invalidated(engine: Engine, ledger_url: str) ->
         with pytest.raises(OperationalError) as dropped, conn.begin():
             INSERT_EVENTS.many(conn, [EVENT])
         assert dropped.value.connection_invalidated and conn.invalidated
+
+
+def test_listeners_of_cores_cursor_events_see_it(engine: Engine) -> None:
+    """What watches Core's statements (tracing, bench/ledger_scale.py's read counter) sees
+    these too: before and after each, with the SQL and parameters the driver ran, and what a
+    before-listener returns (retval) is what runs."""
+    seen: list[tuple[str, str, object]] = []
+
+    def before(_conn: Connection, _cursor: object, sql: str, parameters: object,
+               _context: object, many: bool) -> tuple[str, object]:
+        seen.append(("before", sql, parameters))
+        return sql + " /* traced */", parameters  # a tracer's comment: what runs has it
+
+    def after(_conn: Connection, _cursor: object, sql: str, parameters: object,
+              _context: object, many: bool) -> None:
+        seen.append(("after", sql, parameters))
+
+    event.listen(engine, "before_cursor_execute", before, retval=True)
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        with engine.connect() as conn, conn.begin():
+            seen.clear()  # the transaction's own BEGIN, also on the cursor
+            assert NEXT.rows(conn, {"count": 1})
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+    assert [(when, "UPDATE counters" in sql) for when, sql, _ in seen] == [
+        ("before", True), ("after", True)]
+    assert seen[1][1] == seen[0][1] + " /* traced */"
+    assert seen[0][2] == seen[1][2]
