@@ -213,7 +213,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-lmcache-gpu.md")
     args = parser.parse_args()
-    assert torch.cuda.is_available(), "LMCache's GPU connector needs a CUDA device"
+    if not torch.cuda.is_available():
+        sys.exit("bench/lmcache_gpu.py: LMCache's GPU connector needs a CUDA device")
     started = time.monotonic()
     pool_bytes = 2 * args.tokens // CHUNK * CHUNK_BYTES + 256 * MiB
     with tempfile.TemporaryDirectory(dir="/dev/shm") as shm, \

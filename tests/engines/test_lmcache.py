@@ -120,3 +120,18 @@ def test_the_lmcache_bench_runs_and_checks_its_bytes(tmp_path: Path) -> None:
             if line.startswith("| ") and "KiB" in line]
     assert len(rows) == 12, rows
     assert all(float(r.split("|")[3]) > 0 and float(r.split("|")[4]) > 0 for r in rows)
+
+
+def test_the_gpu_bench_still_finds_lmcaches_engine_and_connector(tmp_path: Path) -> None:
+    """bench/lmcache_gpu.py needs a GPU to run (LMCache's GPU connector makes CUDA streams), so
+    here it only starts: every LMCache name it imports is still there, and it says what it
+    takes. On a machine without CUDA it refuses by name instead of failing somewhere inside."""
+    bench = str(REPO / "bench" / "lmcache_gpu.py")
+    shown = subprocess.run([str(python(LMCACHE)), bench, "--help"], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-4000:]
+    assert "--tokens" in shown.stdout and "--rounds" in shown.stdout
+    refused = subprocess.run([str(python(LMCACHE)), bench, "--out", str(tmp_path / "x.md")],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert refused.returncode != 0
+    assert "LMCache's GPU connector needs a CUDA device" in refused.stderr
