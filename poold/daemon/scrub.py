@@ -17,7 +17,8 @@ The writer tells the scrubber which leases it ended (`note_ended`). When none of
 scrub, a pass only drops their memfds, reading nothing from the ledger: under churn in a pool
 that does not scrub, that is most passes, and a full pass's reads cost the API the GIL. A full
 pass (everything waiting, every memfd swept) still runs whenever a lease waits for its scrub, at
-start, when nothing woke it, and at least every `full_every_s` whatever the churn.
+start, when nothing woke it, after a full pass that left a scrub unfinished, and at least every
+`full_every_s` whatever the churn.
 """
 
 from __future__ import annotations
