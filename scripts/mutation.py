@@ -1,7 +1,7 @@
 """Mutation testing of the modules that carry poold's guarantees; the score goes to docs/.
 
     scripts/mutation [--max-children N] [--min-score 90] [--report-only] [--retry-survivors]
-                     [--only PATTERN]
+                     [--only PATTERN] [--sample N [--seed S]]
 
 Runs mutmut (pinned in the `mutation` extra) as `[tool.mutmut]` in pyproject.toml configures it:
 each mutant (one small change to one function of a module in `only_mutate`) runs against the
@@ -21,6 +21,9 @@ A survivor stays a survivor until it is run again: after writing tests for survi
 everything not checked yet (one clean run of the tests, not two). --only 'poold.ledger.*' runs
 just the unchecked mutants of one layer (mutmut's clean run then covers the tests that reach
 their functions, whatever their layer), so a session can finish a layer rather than sample all.
+--sample N runs N of the unchecked mutants (of those --only names) drawn at random (the seed is
+printed; --seed gives it back): mutmut runs the cheapest functions first, so a run stopped early
+has checked the cheap functions only, while a finished sample says how the rest would score.
 Not part of CI. Exit status 1 when the score is under --min-score or some mutants were not
 checked (a run stopped early).
 """
@@ -33,6 +36,7 @@ import fnmatch
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -128,6 +132,11 @@ def unchecked(patterns: list[str], root: Path = ROOT) -> list[str]:
     return [m.name for m in mutants(root) if m.exit_code is None and _matches(m.name, patterns)]
 
 
+def sample(names: list[str], n: int, seed: int) -> list[str]:
+    """n of the names drawn at random by the seed (all of them when there are no more)."""
+    return random.Random(seed).sample(sorted(names), min(n, len(names)))
+
+
 def seed(root: Path = ROOT) -> int:
     """Write mutmut's per-module files in root/mutants from the committed results, for each module
     that has none yet (a fresh clone); mutmut keeps those of functions whose hash is unchanged
@@ -176,13 +185,13 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
 
 
 def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
-                     equivalent: Callable[[Mutant], bool] | None = None) -> int:
+                     equivalent: Callable[[Mutant], bool] | None = None) -> list[str]:
     """Drop the survivors' results (of the mutants whose names match `patterns`, or all) from
     root/mutants' per-module files, so that the next mutmut run checks them again with
     everything else undecided; how many were dropped. Those `equivalent` says are listed as
     equivalent keep theirs: they are known to survive, and a survivor costs a run of every
-    test of its layer."""
-    dropped = 0
+    test of its layer. The names of those dropped."""
+    dropped: list[str] = []
     for meta in sorted((root / "mutants").rglob("*.py.meta")):
         data = json.loads(meta.read_text())
         module = str(meta.relative_to(root / "mutants"))[: -len(".meta")]
@@ -194,7 +203,7 @@ def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
             data["durations_by_key"].pop(key, None)
         if survivors:
             meta.write_text(json.dumps(data))
-        dropped += len(survivors)
+        dropped += survivors
     return dropped
 
 
@@ -352,23 +361,33 @@ def main() -> int:
     parser.add_argument("--retry-survivors", action="store_true",
                         help="run every survivor again, with whatever was not checked yet "
                              "(after tests were written for them)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="run N unchecked mutants drawn at random (of those --only names)")
+    parser.add_argument("--seed", type=int, help="the --sample draw's seed (printed when drawn)")
     parser.add_argument("--only", action="append", metavar="PATTERN",
                         help="run only the unchecked mutants whose names match (fnmatch, e.g. "
                              "'poold.ledger.*'; repeatable): a cheap layer first; with "
                              "--retry-survivors, its survivors too")
     args = parser.parse_args()
     took = None
+    forgotten: list[str] = []
     if not args.report_only:
         if seeded := seed():
             print(f"seeded {seeded} modules' results from {RESULTS.relative_to(ROOT)}")
-        if (args.retry_survivors or args.only) and not generated():
+        if (args.retry_survivors or args.only or args.sample) and not generated():
             generate()  # a fresh clone: seeded results, no mutants (nor their diffs) yet
         if args.retry_survivors:
             forgotten = forget_survivors(patterns=args.only, equivalent=listed_as_equivalent())
-            print(f"{forgotten} survivors to run again")
-        if args.only:
-            names = unchecked(args.only)
-            print(f"{len(names)} unchecked mutants match {' '.join(args.only)}")
+            print(f"{len(forgotten)} survivors to run again")
+        if args.only or args.sample:
+            names = unchecked(args.only or ["*"])
+            print(f"{len(names)} unchecked mutants match {' '.join(args.only or ['*'])}")
+            if args.sample is not None:
+                seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+                retried = [n for n in names if n in forgotten]  # never left out of a draw
+                drawn = sample([n for n in names if n not in forgotten], args.sample, seed)
+                print(f"{len(drawn)} of them drawn at random, seed {seed} (--seed {seed} again)")
+                names = retried + drawn
             took = run_mutmut(args.max_children, names) if names else 0.0
         else:
             took = run_mutmut(args.max_children)

@@ -107,8 +107,9 @@ def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(meta(codes)))
     # --only's patterns: another layer's survivor keeps its result
-    assert mutation.forget_survivors(tmp_path, patterns=["api.*"]) == 0
-    assert mutation.forget_survivors(tmp_path, patterns=["poold.ledger.*"]) == 1
+    assert mutation.forget_survivors(tmp_path, patterns=["api.*"]) == []
+    assert mutation.forget_survivors(tmp_path, patterns=["poold.ledger.*"]) == [
+        "poold.ledger.leases.x_grant__mutmut_2"]
     kept = json.loads(path.read_text())
     # a key without a result is one mutmut runs (and --only names); the killed one's stands
     assert kept["exit_code_by_key"] == {"poold.ledger.leases.x_grant__mutmut_1": 1,
@@ -118,7 +119,7 @@ def test_retrying_survivors_forgets_only_their_results(mutation: ModuleType,
     assert kept["hash_by_function_name"] == meta(codes)["hash_by_function_name"]
     assert sorted(mutation.unchecked(["poold.ledger.*"], tmp_path)) == [
         "poold.ledger.leases.x_grant__mutmut_2", "poold.ledger.leases.x_release__mutmut_1"]
-    assert mutation.forget_survivors(tmp_path) == 0  # nothing left to forget
+    assert mutation.forget_survivors(tmp_path) == []  # nothing left to forget
 
 
 def test_a_survivor_listed_as_equivalent_is_not_run_again(mutation: ModuleType,
@@ -134,7 +135,8 @@ def test_a_survivor_listed_as_equivalent_is_not_run_again(mutation: ModuleType,
         asked.append((mutant.name, mutant.module))  # type: ignore[attr-defined]
         return mutant.name.endswith("_1")  # type: ignore[attr-defined]
 
-    assert mutation.forget_survivors(tmp_path, equivalent=equivalent) == 1
+    assert mutation.forget_survivors(tmp_path, equivalent=equivalent) == [
+        "poold.ledger.leases.x_grant__mutmut_2"]
     assert json.loads(path.read_text())["exit_code_by_key"] == {
         "poold.ledger.leases.x_grant__mutmut_1": 0, "poold.ledger.leases.x_grant__mutmut_2": None}
     assert sorted(asked) == [(name, "poold/ledger/leases.py") for name in sorted(codes)]
@@ -174,3 +176,14 @@ def test_seeded_results_are_not_taken_for_generated_mutants(mutation: ModuleType
     assert not mutation.generated(tmp_path)
     (tmp_path / "mutants" / "poold" / "ledger" / "leases.py").write_text("# mutated copy\n")
     assert mutation.generated(tmp_path)
+
+
+def test_a_sample_is_drawn_again_by_its_seed(mutation: ModuleType) -> None:
+    """--sample's draw: n of the names, the same n for the same seed whatever order the names
+    came in, another draw for another seed, and all of them when n passes their number."""
+    names = [f"poold.ledger.leases.x_grant__mutmut_{i}" for i in range(1, 101)]
+    drawn = mutation.sample(names, 10, seed=7)
+    assert len(set(drawn)) == 10 and set(drawn) <= set(names)
+    assert mutation.sample(list(reversed(names)), 10, seed=7) == drawn
+    assert mutation.sample(names, 10, seed=8) != drawn
+    assert sorted(mutation.sample(names, 500, seed=7)) == sorted(names)
