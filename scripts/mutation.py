@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import fnmatch
 import json
+import math
 import os
 import platform
 import random
@@ -53,6 +54,7 @@ EQUIVALENT = ROOT / "scripts" / "mutation-equivalent.toml"
 REPORT = ROOT / "docs" / "mutation.md"
 LOG = ROOT / "mutation-run.log"  # beside mutants/, which mutmut may empty and rebuild
 RESULTS = ROOT / "docs" / "mutation-results.json"
+DRAW = Path("mutants") / "sample.json"  # the last --sample draw: its seed, names and pool size
 
 # mutmut's exit codes (mutmut/stats.py): the mutant's tests failed (1), pytest broke (3), the
 # type check caught it (37); they ran out of time (15x their clean run) or the process died
@@ -180,8 +182,11 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
     here = commit(root)
     commits = [c for c in before["commits"] if c != here] + [here] if ran or not \
         before["commits"] else list(before["commits"])
+    draw = root / DRAW
+    sample_ = json.loads(draw.read_text()) if draw.exists() else before.get("sample")
     path.write_text(json.dumps({"mutmut": mutmut_version(), "commits": commits,
-                                "modules": modules}, indent=1) + "\n")
+                                "modules": modules,
+                                **({"sample": sample_} if sample_ else {})}, indent=1) + "\n")
 
 
 def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
@@ -273,6 +278,42 @@ def mutmut_version() -> str:
     return version("mutmut")
 
 
+def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -> list[str]:
+    """What the last --sample draw found (none: no lines): how many of the drawn mutants were
+    killed, and the share of killed mutants the draw's pool has at least, at 95% confidence
+    (Wilson's lower bound), counting a drawn mutant still unchecked as a survivor."""
+    path = root / RESULTS.relative_to(ROOT)
+    draw = json.loads(path.read_text()).get("sample") if path.exists() else None
+    if not draw:
+        return []
+    status = {m.name: ("equivalent" if m.name in equivalent else m.status) for m in found}
+    counts = Counter(status.get(name, "gone") for name in draw["drawn"])
+    counted = len(draw["drawn"]) - counts["equivalent"] - counts["gone"]
+    killed = counts["killed"] + counts["timeout"]
+    lines = ["## A random sample of the mutants not checked", "",
+             f"{len(draw['drawn'])} of the {draw['of']} mutants not checked on commit "
+             f"{draw['commit']} were drawn at random (`--sample {len(draw['drawn'])} "
+             f"--seed {draw['seed']}`) and run: {killed} killed"
+             + "".join(f", {counts[k]} {k}" for k in ("survived", "no tests", "not checked",
+                                                      "equivalent") if counts[k])
+             + (f" ({counts['gone']} no longer exist: their functions changed)"
+                if counts["gone"] else "") + "."]
+    if counted:
+        low = wilson_lower(killed, counted)
+        lines += ["", f"So, at 95% confidence, at least {100 * low:.1f}% of those "
+                  f"{draw['of']} would be killed (Wilson's lower bound; a drawn mutant not "
+                  f"checked counts as a survivor), on top of the score of those checked."]
+    return [*lines, ""]
+
+
+def wilson_lower(successes: int, n: int, z: float = 1.96) -> float:
+    """The lower end of Wilson's score interval for a proportion of successes out of n."""
+    p, z2 = successes / n, z * z
+    centre = p + z2 / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, (centre - spread) / (1 + z2 / n))  # not a rounding error under 0
+
+
 def write_report(found: list[Mutant], took_s: float | None, min_score: float) -> float:
     listed = equivalents()
     survivors: list[tuple[Mutant, str, str | None]] = []
@@ -336,6 +377,7 @@ def write_report(found: list[Mutant], took_s: float | None, min_score: float) ->
         "| score |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows, "",
+        *sample_lines(found, {m.name for m, _d, _r in equivalent}),
         f"## Survivors ({len(survivors)})", "",
     ]
     if not survivors:
@@ -383,10 +425,15 @@ def main() -> int:
             names = unchecked(args.only or ["*"])
             print(f"{len(names)} unchecked mutants match {' '.join(args.only or ['*'])}")
             if args.sample is not None:
-                seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+                draw_seed = (args.seed if args.seed is not None
+                             else random.SystemRandom().randrange(2**32))
                 retried = [n for n in names if n in forgotten]  # never left out of a draw
-                drawn = sample([n for n in names if n not in forgotten], args.sample, seed)
-                print(f"{len(drawn)} of them drawn at random, seed {seed} (--seed {seed} again)")
+                drawn = sample([n for n in names if n not in forgotten], args.sample, draw_seed)
+                print(f"{len(drawn)} of them drawn at random, seed {draw_seed} "
+                      f"(--seed {draw_seed} draws them again)")
+                record = {"seed": draw_seed, "of": len(names) - len(retried),
+                          "commit": commit(), "drawn": drawn}
+                (ROOT / DRAW).write_text(json.dumps(record))
                 names = retried + drawn
             took = run_mutmut(args.max_children, names) if names else 0.0
         else:

@@ -187,3 +187,35 @@ def test_a_sample_is_drawn_again_by_its_seed(mutation: ModuleType) -> None:
     assert mutation.sample(list(reversed(names)), 10, seed=7) == drawn
     assert mutation.sample(names, 10, seed=8) != drawn
     assert sorted(mutation.sample(names, 500, seed=7)) == sorted(names)
+
+
+def test_a_finished_sample_bounds_what_the_rest_would_score(mutation: ModuleType,
+                                                            tmp_path: Path) -> None:
+    """The report says how many drawn mutants were killed and, from that, the share of the
+    draw's pool that is killed at least (95%); a drawn mutant not run counts against it, a
+    drawn one listed as equivalent leaves the count, and the draw outlives a fresh clone."""
+    drawn = {f"poold.ledger.leases.x_grant__mutmut_{i}": 1 for i in range(1, 99)}
+    drawn["poold.ledger.leases.x_grant__mutmut_99"] = 0  # survived
+    drawn["poold.ledger.leases.x_grant__mutmut_100"] = None  # not run yet
+    drawn["poold.ledger.leases.x_grant__mutmut_101"] = 0  # listed as equivalent
+    path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(meta(drawn)))
+    (tmp_path / "mutants" / "sample.json").write_text(json.dumps(
+        {"seed": 5, "of": 1000, "commit": "abc1234", "drawn": sorted(drawn)}))
+    (tmp_path / "docs").mkdir()
+    mutation.save(tmp_path)
+    (tmp_path / "mutants" / "sample.json").unlink()  # a fresh clone has only the results file
+    found = mutation.mutants(tmp_path)
+    lines = "\n".join(mutation.sample_lines(
+        found, {"poold.ledger.leases.x_grant__mutmut_101"}, tmp_path))
+    assert ("101 of the 1000 mutants not checked on commit abc1234 were drawn at random "
+            "(`--sample 101 --seed 5`) and run: 98 killed, 1 survived, 1 not checked, "
+            "1 equivalent.") in lines
+    assert f"at least {100 * mutation.wilson_lower(98, 100):.1f}% of those 1000" in lines
+    assert 0.92 < mutation.wilson_lower(98, 100) < 0.94  # Wilson: 98/100 -> [0.930, 0.994]
+    assert mutation.wilson_lower(0, 10) == 0.0
+
+
+def test_no_draw_no_sample_paragraph(mutation: ModuleType, tmp_path: Path) -> None:
+    assert mutation.sample_lines([], set(), tmp_path) == []
