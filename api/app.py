@@ -10,7 +10,7 @@ from starlette.types import Lifespan
 from api import docs, errors
 from api.auth import Authenticator
 from api.limits import BodyLimitMiddleware
-from api.metrics import EdgeMetricsMiddleware, Metrics
+from api.metrics import EdgeMetricsMiddleware, GrantsWaitingCollector, Metrics
 from api.ratelimit import RateLimiter
 from api.reclaim import ReclaimFeed, WaitingGrants
 from api.routers import access, hosts, inventory, leases, ops, overview, pools, sessions
@@ -50,6 +50,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     app.state.reclaim_feed = ReclaimFeed()
     app.state.waiting_grants = WaitingGrants(ledger, app.state.reclaim_feed, metrics,
                                              reclaim_grace_s)
+    metrics.registry.register(GrantsWaitingCollector(app.state.waiting_grants.waiting_by_pool))
     errors.install(app)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first

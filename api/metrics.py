@@ -2,15 +2,15 @@
 
 Owns a private registry (one per app, so tests can build many apps in one process), the counters
 and histogram the API edge and the daemon's tasks feed, the ASGI middleware that times and
-counts lease operations at the edge, and a collector that reads capacity from the ledger's reads
-at scrape time. Nothing here runs inside the ledger: the ledger is only read.
+counts lease operations at the edge, and collectors that read, at scrape time, capacity from the
+ledger and how many grants wait for room from api.reclaim. Nothing here runs inside the ledger: the ledger is only read.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -166,6 +166,24 @@ class CapacityCollector(Collector):
         yield up
         yield from _pool_families(pools)
         yield from _device_families(devices)
+
+
+class GrantsWaitingCollector(Collector):
+    """Grants waiting for room now, by pool, counted when scraped (api.reclaim keeps them)."""
+
+    def __init__(self, waiting_by_pool: Callable[[], dict[str, int]]) -> None:
+        self._waiting_by_pool = waiting_by_pool
+
+    def describe(self) -> list[Metric]:
+        return []  # dynamic, as the capacity collector
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "poold_grants_waiting", "Grants waiting for room now (wait_s), by pool: answered "
+            "in order of arrival, the first asking elastic holders to give back", labels=["pool"])
+        for pool, count in sorted(self._waiting_by_pool().items()):
+            family.add_metric([pool], count)
+        yield family
 
 
 def _pool_families(pools: list[PoolView]) -> Iterator[Metric]:

@@ -84,6 +84,10 @@ class WaitingGrants:
         """How many grants wait for room in `pool` (None: the default pool) now."""
         return self._waiting[pool or self._ledger.default_pool]
 
+    def waiting_by_pool(self) -> dict[str, int]:
+        """How many grants wait for room now, by the pools any has waited in."""
+        return dict(self._waiting)
+
     async def grant(self, request: leases.GrantRequest, wait_s: float) -> LeaseView:
         """Grant now, or, the pool being full, wait up to `wait_s` for room as described.
         Never cancelled midway: a grant the writer commits is always answered."""

@@ -73,7 +73,7 @@ class Background:
 
 
 def metric(served: Served, name: str) -> float:
-    """A sample of the daemon's /metrics without labels, by name."""
+    """A sample of the daemon's /metrics by name (with its labels, if it has any)."""
     for line in served.admin.get("/metrics").text.splitlines():
         if line.startswith(f"{name} "):
             return float(line.split()[1])
@@ -224,6 +224,7 @@ def test_waiting_grants_are_answered_in_order_of_arrival(served: Served) -> None
     second = Background(carol, "POST", "/v1/leases",
                         json={"size": SIZE, "wait_s": 30, "pool": "default"})
     until("carol waits behind him", lambda: grants.waiting("default") == 2, patience(0))
+    assert waiting_metric(served) == 2
     alice.delete(f"/v1/leases/{plain[0]}")
     answered = first.result(patience(0))
     assert answered.status_code == 201 and answered.json()["tenant"] == "bob"
@@ -231,6 +232,33 @@ def test_waiting_grants_are_answered_in_order_of_arrival(served: Served) -> None
     alice.delete(f"/v1/leases/{plain[1]}")
     answered = second.result(patience(0))
     assert answered.status_code == 201 and answered.json()["tenant"] == "carol"
+    assert grants.waiting() == 0 and waiting_metric(served) == 0
+
+
+def test_a_grant_waiting_behind_another_is_refused_when_its_own_wait_is_over(
+        served: Served) -> None:
+    """Its wait ends in the queue, before its turn came: the same refusal as one that had its
+    turn, and the queue counts it no longer."""
+    alice, bob, carol = (served.tenant(name) for name in ("alice", "bob", "carol"))
+    for _ in range(4):  # plain leases: nobody is asked, nothing comes back
+        assert alice.post("/v1/leases", json={"size": SIZE, "ttl_s": 600}).status_code == 201
+    grants = served.daemon.app.state.waiting_grants
+    first = Background(bob, "POST", "/v1/leases", json={"size": SIZE, "wait_s": 30})
+    until("bob waits", lambda: grants.waiting() == 1, patience(0))
+    refused = carol.post("/v1/leases", json={"size": SIZE, "wait_s": 0.5})
+    assert (refused.status_code, refused.json()["error"]) == (507, "NoCapacity"), refused.text
+    assert refused.json()["detail"] == (
+        f"no free extent of {SIZE} bytes in pool 'default' within 0.5 s of waiting "
+        "(elastic leases asked back, and leases ending, did not make room)")
+    assert first.answer is None and grants.waiting() == 1 and waiting_metric(served) == 1
+    (held, *_) = [x["id"] for x in alice.get("/v1/leases").json()]
+    alice.delete(f"/v1/leases/{held}")
+    assert first.result(patience(0)).status_code == 201
+    assert grants.waiting() == 0
+
+
+def waiting_metric(served: Served) -> float:
+    return metric(served, 'poold_grants_waiting{pool="default"}')
 
 
 def test_another_tenant_reads_nothing_of_a_sessions_reclaims(served: Served) -> None:

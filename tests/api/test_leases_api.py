@@ -42,6 +42,18 @@ def test_grant_get_keepalive_release(client: TestClient, clock: ManualClock) -> 
     assert kinds == ["lease.released", "lease.renewed", "lease.granted"]
 
 
+def test_lease_answers_say_they_are_json(client: TestClient) -> None:
+    """The lease routes write their JSON bytes themselves: the header is theirs to set (an
+    SDK or a proxy that goes by it would otherwise take the body for something else)."""
+    granted = client.post("/v1/leases", json={"size": MiB})
+    lease_id = granted.json()["id"]
+    answers = [granted, client.get(f"/v1/leases/{lease_id}"), client.get("/v1/leases"),
+               client.post(f"/v1/leases/{lease_id}/keepalive"),
+               client.delete(f"/v1/leases/{lease_id}")]
+    assert [(r.status_code, r.headers["content-type"]) for r in answers] == [
+        (201, "application/json"), *[(200, "application/json")] * 4]
+
+
 def test_lists_and_filters(client: TestClient) -> None:
     a = client.post("/v1/leases", json={"size": MiB}).json()
     b = client.post("/v1/leases", json={"size": MiB}).json()

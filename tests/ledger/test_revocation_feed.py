@@ -217,6 +217,33 @@ def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(quiet_db: str) 
         engine.dispose()
 
 
+def test_a_confirm_waits_for_a_listener_that_acknowledges_late(quiet_db: str) -> None:
+    """A listener slow to acknowledge (its daemon busy) is waited for, not named at confirm's
+    first look: it acknowledges a moment after confirm began, well inside the timeout."""
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(quiet_db, host)
+    feed.start()
+    slow = psycopg.connect(make_url(quiet_db).set(drivername="postgresql").render_as_string(
+        hide_password=False), autocommit=True,
+        application_name=f"{LISTENER_PREFIX}slow-{uuid.uuid4().hex[:8]}")
+    engine = create_engine(quiet_db)
+    try:
+        until("the feed listens", lambda: listener(engine, host) is not None, patience())
+        slow.execute(f"LISTEN {REVOKED_CHANNEL}")
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, 'tok-late')"), {"c": REVOKED_CHANNEL})
+        late = threading.Timer(0.3, lambda: slow.execute(
+            "SELECT pg_notify(%s, 'tok-late')", (tenants.HEARD_CHANNEL,)))
+        late.start()
+        unheard = feed.confirm("tok-late", timeout=patience(5))
+        late.join()
+        assert slow.info.backend_pid not in unheard and not unheard
+    finally:
+        slow.close()
+        feed.stop()
+        engine.dispose()
+
+
 def test_the_listening_connection_carries_the_urls_password_and_keepalives(
         pg_url: str, engine: Engine) -> None:
     """The listener logs in as the ledger does (its password too: this test database trusts
