@@ -100,3 +100,17 @@ def test_each_tenant_is_rate_limited_alone(served: Served) -> None:
     assert f'poold_rate_limited_requests_total{{role="tenant"}} {float(len(limited))}' in metrics
     assert f'poold_limit{{limit="rate_limit_per_s"}} {RATE}' in metrics
     assert f'poold_limit{{limit="default_tenant_max_leases"}} {float(DEFAULT_LEASES)}' in metrics
+
+
+def test_a_request_counts_once_however_often_its_route_asks_who_sent_it(served: Served) -> None:
+    """A keepalive's route asks for its principal twice (the actor the audit log names, the
+    tenant it is confined to): still one request, one token of the bucket."""
+    token = served.tenant("team-c")
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {token}"}) as c:
+        lease = c.post("/v1/leases", json={"size": MiB})  # the bucket's first token
+        assert lease.status_code == 201, lease.text
+        answers = []
+        while not any(r.status_code == 429 for r in answers) and len(answers) < 5000:
+            answers.append(c.post(f"/v1/leases/{lease.json()['id']}/keepalive"))
+    first = next(i for i, r in enumerate(answers) if r.status_code == 429)
+    assert first >= BURST - 1 and all(r.status_code == 200 for r in answers[:first])

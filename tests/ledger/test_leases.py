@@ -18,6 +18,7 @@ from poold.ledger.ledger import Ledger
 from poold.ledger.space import Catalog
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
+from poold.models import Claim
 from poold.types import DeviceKind, EventKind, LeaseState, MiB
 from tests.conftest import HOST, LedgerFactory, emulated_spec
 
@@ -168,6 +169,32 @@ def test_idempotency_key_replays_and_refuses_mismatch(ledger: Ledger) -> None:
     with pytest.raises(errors.IdempotencyConflict):
         grant(ledger, 8 * MiB, idempotency_key="k1")
     assert len(ledger.read(lambda s, now: reads.leases(s, now))) == 1
+
+
+def test_a_request_digest_stays_what_the_ledger_stored(ledger: Ledger) -> None:
+    """Digests are stored with their idempotency keys: computed otherwise (after an upgrade,
+    say), a retry of a grant made before would be refused as another request. These are the
+    digests of a plain lease and of an elastic one in a session, as stored today."""
+    plain = GrantRequest(size=4 * MiB, actor="test", pool="p", ttl_s=30, labels={"m": "x"},
+                         tenant="t", idempotency_key="k")
+    assert plain.digest() == (
+        "f77b7bc905123adeef44e1dffa9396cc60f3e5bbb9a969cec949d35ff4235a44")
+    elastic = replace(plain, session_id="s" * 32, elastic=True)
+    assert elastic.digest() == (
+        "06b924b1bcd3bc369ad5abac6ad4bae6ed0dfc09dccbc6e7a807df152447852b")
+
+
+def test_a_new_claim_is_on_record_as_made(ledger: Ledger) -> None:
+    """The first grant on a device claims a slice of it: the claim.created event names the
+    device and the extent the claim row holds."""
+    lease = grant(ledger, 4 * MiB)
+    (created,) = ledger.read(lambda s, _: reads.events(s, kind="claim.created"))
+    offset, length = ledger.read(lambda s, _: (lambda c: (c.offset, c.length))(
+        s.get(Claim, created.details["claim_id"])))
+    assert (created.actor, created.host, created.device_id) == ("allocator", HOST,
+                                                               lease.device_id)
+    assert (created.details["offset"], created.details["length"]) == (offset, length)
+    assert offset <= lease.offset < lease.offset + lease.length <= offset + length
 
 
 @pytest.mark.parametrize(
