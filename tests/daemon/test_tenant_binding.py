@@ -61,8 +61,11 @@ def test_a_device_handed_out_whole_serves_one_tenant_at_a_time(
         assert a.grant(8 * MiB).device == "dax0.0"  # its own tenant's next lease: the same
         with pytest.raises(DeviceBound, match=r"dax0\.0 in pool") as refused:
             b.grant(8 * MiB)
-        # What b learns: the device is someone else's, never whose.
-        assert "team-a" not in str(refused.value)
+        # What b learns: the device is someone else's, never whose, and how it gets free.
+        assert str(refused.value) == (
+            "dax0.0 in pool 'default' serve(s) another tenant's leases: a device handed out "
+            "whole serves one tenant at a time (a trusted pool shares it); an admin frees one "
+            "with `poold device unbind-tenant` once that tenant's leases ended")
         assert device(b)["tenant_scope"] is None and device(a)["tenant_scope"] == "team-a"
         # Freed only once none of team-a's leases holds bytes there.
         with pytest.raises(DeviceBusy):

@@ -9,6 +9,7 @@ from functools import partial
 import pytest
 
 from poold import errors
+from poold.inventory import DeviceSpec
 from poold.ledger import devices, leases, reads
 from poold.ledger import queries as q
 from poold.ledger.clock import ManualClock
@@ -442,3 +443,20 @@ def test_a_writer_whose_catalog_missed_a_pool_reads_it_again(ledger: Ledger) -> 
     renewed = ledger.run(renew)
     assert (renewed.pool, renewed.ttl_s) == ("default", 120)
     assert ledger.run(show) == renewed
+
+
+def test_a_tenants_grant_takes_memory_made_per_lease_before_binding_a_whole_device(
+        make_ledger: LedgerFactory) -> None:
+    """A devdax device is handed out whole, so its first lease binds it to that tenant: a grant
+    that fits elsewhere goes elsewhere first, whichever device the pool lists first, and a
+    device bound to the tenant already comes before one it would newly bind."""
+    whole = [DeviceSpec(uid=f"test:{name}", kind=DeviceKind.DEVDAX, devname=name,
+                        chardev=f"/nonexistent/{name}", size=64 * MiB, align=2 * MiB)
+             for name in ("dax0.0", "dax1.0")]
+    ledger = make_ledger(specs=[*whole, emulated_spec(size=8 * MiB)])
+    assert grant(ledger, 4 * MiB, tenant="a").device == "emu0"
+    big = grant(ledger, 32 * MiB, tenant="a")  # only a whole device holds it: the first binds
+    assert big.device == "dax0.0"
+    assert grant(ledger, 8 * MiB, tenant="a").device == "dax0.0"  # emu0 is short: its own
+    assert {d.devname: d.tenant_scope for d in ledger.read(
+        lambda s, now: reads.devices(s, now))} == {"dax0.0": "a", "dax1.0": None, "emu0": None}

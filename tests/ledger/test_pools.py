@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from poold.errors import Conflict, InvalidRequest, UnknownPool, UnknownTenant
-from poold.ledger import membership, pools, reads, registry
+from poold.errors import Conflict, InvalidRequest, LeaseTooLarge, UnknownPool, UnknownTenant
+from poold.ledger import leases, membership, pools, reads, registry
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
 from poold.models import Pool
@@ -257,3 +257,13 @@ def test_a_hosts_file_saying_otherwise_than_the_ledger_is_told_setting_by_settin
     ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
     assert ledger.run(partial(pools.seed, policy=same))[1] == [
         pools.Disagreement("kept", "retired", False, True)]
+
+
+def test_a_pool_without_devices_refuses_a_grant_by_name(ledger: Ledger) -> None:
+    """A pool an admin made but gave no device yet: a grant there is refused as too large for
+    every device it has (none), not an internal error."""
+    kept_pool(ledger)
+    with pytest.raises(LeaseTooLarge) as refused:
+        ledger.run(partial(leases.grant, request=leases.GrantRequest(
+            size=2 * MiB, actor="test", pool="kept")))
+    assert str(refused.value) == f"no online device in pool 'kept' can hold {2 * MiB} bytes"

@@ -168,8 +168,9 @@ def test_another_tenants_session_does_not_exist_for_it(ledger: Ledger) -> None:
                  partial(sessions.close, session_id=mine.id, actor="b", tenant_only="b")):
         with pytest.raises(errors.UnknownSession):
             ledger.run(call)
-    with pytest.raises(errors.UnknownSession):
+    with pytest.raises(errors.UnknownSession) as unknown:
         grant(ledger, 2 * MiB, tenant="b", session_id=mine.id)
+    assert str(unknown.value) == f"no session {mine.id!r}"  # as of an id nobody opened
     with pytest.raises(errors.UnknownSession):
         grant(ledger, 2 * MiB, session_id=mine.id)  # nor to an admin granting for no tenant
     with pytest.raises(errors.UnknownSession):
