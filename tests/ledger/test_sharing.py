@@ -688,3 +688,18 @@ def test_a_reloaded_space_holds_this_hosts_claims_and_leases_only(
     assert "space.misfiled_lease" not in caplog.text
     assert grant(b, 2 * MiB).offset != small[0].offset  # b's lease still holds its bytes
     clean(b)
+
+
+def test_a_lease_in_another_hosts_session_is_refused_saying_where_to_lease(
+        make_ledger: LedgerFactory) -> None:
+    """A session lives on the host that opened it (its keepalive renews what that host holds):
+    another host's grant in it is refused, saying what to do instead."""
+    a, b = hosts_on(make_ledger, 2)
+    session = b.run(partial(sessions.open_session,
+                            request=sessions.OpenRequest(actor="t", ttl_s=600)))
+    with pytest.raises(errors.InvalidRequest) as refused:
+        a.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                         session_id=session.id)))
+    assert str(refused.value) == (f"session {session.id} belongs to host {b.host_id}; lease "
+                                  "there, or open a session on this host")
+    assert a.read(lambda s, now: reads.leases(s, now)) == []
