@@ -20,7 +20,7 @@ from poold.ledger.space import Catalog
 from poold.ledger.tx import Tx
 from poold.ledger.views import LeaseView
 from poold.models import Claim
-from poold.types import DeviceKind, EventKind, LeaseState, MiB
+from poold.types import MAX_BYTES, DeviceKind, EventKind, LeaseState, MiB
 from tests.conftest import HOST, LedgerFactory, emulated_spec
 
 
@@ -199,23 +199,30 @@ def test_a_new_claim_is_on_record_as_made(ledger: Ledger) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error"),
+    ("kwargs", "error", "message"),
     [
-        ({"size": 0}, errors.InvalidRequest),
-        ({"size": -5}, errors.InvalidRequest),
-        ({"size": 65 * MiB}, errors.LeaseTooLarge),
-        ({"size": MiB, "pool": "nope"}, errors.UnknownPool),
-        ({"size": MiB, "ttl_s": 0}, errors.InvalidRequest),
-        ({"size": MiB, "ttl_s": 10**9}, errors.InvalidRequest),
-        ({"size": MiB, "device": "dax9.9"}, errors.LeaseTooLarge),
+        ({"size": 0}, errors.InvalidRequest, f"size must be between 1 and {MAX_BYTES} bytes, "
+         "got 0"),
+        ({"size": -5}, errors.InvalidRequest, f"size must be between 1 and {MAX_BYTES} bytes, "
+         "got -5"),
+        ({"size": 65 * MiB}, errors.LeaseTooLarge, "no online device in pool 'default' can "
+         f"hold {65 * MiB} bytes"),
+        ({"size": MiB, "pool": "nope"}, errors.UnknownPool, None),
+        ({"size": MiB, "ttl_s": 0}, errors.InvalidRequest, None),
+        ({"size": MiB, "ttl_s": 10**9}, errors.InvalidRequest, None),
+        ({"size": MiB, "device": "dax9.9"}, errors.LeaseTooLarge, "no online device matching "
+         f"the hints in pool 'default' can hold {MiB} bytes"),
     ],
 )
 def test_bad_requests_are_refused_and_leave_nothing(
-    ledger: Ledger, kwargs: dict[str, object], error: type[Exception]
+    ledger: Ledger, kwargs: dict[str, object], error: type[Exception], message: str | None
 ) -> None:
+    """Refused with what was wrong (the messages not given here are checked where their
+    rules are: pools, TTLs)."""
     before = len(ledger.read(lambda s, _: reads.events(s)))
-    with pytest.raises(error):
+    with pytest.raises(error) as refused:
         grant(ledger, **kwargs)  # type: ignore[arg-type]
+    assert message is None or str(refused.value) == message
     assert len(ledger.read(lambda s, _: reads.events(s))) == before
 
 

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from poold.errors import Conflict, InvalidRequest, LeaseTooLarge, UnknownPool, UnknownTenant
+from poold.errors import (
+    Conflict,
+    InvalidRequest,
+    LeaseTooLarge,
+    TenantNotAllowed,
+    UnknownPool,
+    UnknownTenant,
+)
 from poold.ledger import leases, membership, pools, reads, registry
 from poold.ledger.ledger import Ledger
 from poold.ledger.tx import Tx
@@ -267,3 +274,13 @@ def test_a_pool_without_devices_refuses_a_grant_by_name(ledger: Ledger) -> None:
         ledger.run(partial(leases.grant, request=leases.GrantRequest(
             size=2 * MiB, actor="test", pool="kept")))
     assert str(refused.value) == f"no online device in pool 'kept' can hold {2 * MiB} bytes"
+
+
+def test_a_tenant_the_pool_does_not_admit_is_refused_by_name(ledger: Ledger) -> None:
+    policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600,
+                              allowed_tenants=["team-a"])
+    ledger.run(partial(pools.create_pool, policy=policy, actor="test"))
+    with pytest.raises(TenantNotAllowed) as refused:
+        ledger.run(partial(leases.grant, request=leases.GrantRequest(
+            size=2 * MiB, actor="test", pool="kept", tenant="team-b")))
+    assert str(refused.value) == "tenant 'team-b' may not lease from pool 'kept'"
