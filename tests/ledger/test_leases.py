@@ -65,6 +65,9 @@ def test_generation_only_grows(ledger: Ledger) -> None:
         generations.append(lease.generation)
         ledger.run(partial(leases.release, lease_id=lease.id, actor="test"))
     assert generations == sorted(set(generations))
+    # On record with each grant: what an audit matches a holder's mapping against.
+    granted = ledger.read(lambda s, _: reads.events(s, kind="lease.granted"))
+    assert [e.details["generation"] for e in reversed(granted)] == generations
 
 
 def test_release_is_idempotent_and_returns_capacity(ledger: Ledger) -> None:

@@ -240,3 +240,19 @@ def test_a_grant_never_asks_its_own_session(ledger: Ledger) -> None:
     assert asked.asked_bytes == 8 * MiB
     assert [e["lease"] for e in asked_events(ledger)] == [theirs.id]
     assert lease(ledger, own.id).reclaim_by is None
+
+
+def test_a_lease_just_granted_is_not_the_coldest(ledger: Ledger, clock: ManualClock) -> None:
+    """A fresh elastic lease (granted, say, to a grant that waited for room) counts as used at
+    its grant: its session's last renewal, older, does not make it the one asked back."""
+    busy = open_(ledger)
+    used = grant(ledger, 8 * MiB, session_id=busy.id, elastic=True)
+    fresh_session = open_(ledger)  # renewed at its opening, never since
+    clock.advance(10)
+    ledger.run(partial(sessions.keepalive, session_id=busy.id, actor="test",
+                       idle_s={used.id: 0.0}))  # in use 10 s after the other session opened
+    clock.advance(5)
+    fresh = grant(ledger, 8 * MiB, session_id=fresh_session.id, elastic=True)
+    assert ask(ledger, MiB).asked_bytes == 8 * MiB
+    assert [e["lease"] for e in asked_events(ledger)] == [used.id]
+    assert lease(ledger, fresh.id).reclaim_by is None
