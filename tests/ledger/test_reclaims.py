@@ -256,3 +256,20 @@ def test_a_lease_just_granted_is_not_the_coldest(ledger: Ledger, clock: ManualCl
     assert ask(ledger, MiB).asked_bytes == 8 * MiB
     assert [e["lease"] for e in asked_events(ledger)] == [used.id]
     assert lease(ledger, fresh.id).reclaim_by is None
+
+
+def test_a_grant_is_on_record_with_what_was_asked_and_given(ledger: Ledger) -> None:
+    """lease.granted says where the bytes are, what was asked for (before rounding to the
+    device's align) and whether the lease is elastic (said only when it is)."""
+    held = open_(ledger)
+    plain = grant(ledger, 3 * MiB)
+    elastic = grant(ledger, 5 * MiB, session_id=held.id, elastic=True)
+    granted = {e.lease_id: e for e in ledger.read(
+        lambda s, _: reads.events(s, kind=EventKind.LEASE_GRANTED))}
+    for lease_, asked, extra in ((plain, 3 * MiB, {}), (elastic, 5 * MiB, {"elastic": True})):
+        event = granted[lease_.id]
+        assert (event.actor, event.host, event.device_id) == ("test", ledger.host_id,
+                                                              lease_.device_id)
+        assert event.details == {"offset": lease_.offset, "length": lease_.length,
+                                 "generation": lease_.generation, "ttl_s": lease_.ttl_s,
+                                 "requested": asked, **extra}
