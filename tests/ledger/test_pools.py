@@ -284,3 +284,29 @@ def test_a_tenant_the_pool_does_not_admit_is_refused_by_name(ledger: Ledger) -> 
         ledger.run(partial(leases.grant, request=leases.GrantRequest(
             size=2 * MiB, actor="test", pool="kept", tenant="team-b")))
     assert str(refused.value) == "tenant 'team-b' may not lease from pool 'kept'"
+
+
+def test_a_retired_pool_refuses_a_grant_saying_so(ledger: Ledger) -> None:
+    kept_pool(ledger)
+    ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
+    with pytest.raises(UnknownPool) as refused:
+        ledger.run(partial(leases.grant, request=leases.GrantRequest(
+            size=2 * MiB, actor="test", pool="kept")))
+    assert str(refused.value) == "pool 'kept' is retired"
+
+
+def test_ttls_up_to_the_most_a_grant_may_ask_are_a_policy(ledger: Ledger) -> None:
+    """The longest TTL a pool may allow is the longest a grant may ask, no less."""
+    longest = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60,
+                               max_ttl_s=pools.MAX_TTL_S)
+    assert longest.checked() == longest
+    with pytest.raises(InvalidRequest):
+        replace(longest, max_ttl_s=pools.MAX_TTL_S + 1).checked()
+
+
+def test_events_are_read_up_to_the_limit_asked(ledger: Ledger) -> None:
+    for name in ("one", "two", "three"):
+        ledger.run(partial(pools.create_pool, policy=pools.PoolPolicy(
+            name=name, claim_slice=0, default_ttl_s=60, max_ttl_s=600), actor="a"))
+    created = ledger.read(lambda s, _: reads.events(s, kind="pool.created", limit=2))
+    assert [e.details["pool"] for e in created] == ["three", "two"]  # newest first
