@@ -310,3 +310,21 @@ def test_events_are_read_up_to_the_limit_asked(ledger: Ledger) -> None:
             name=name, claim_slice=0, default_ttl_s=60, max_ttl_s=600), actor="a"))
     created = ledger.read(lambda s, _: reads.events(s, kind="pool.created", limit=2))
     assert [e.details["pool"] for e in created] == ["three", "two"]  # newest first
+
+
+def test_a_bad_policy_is_refused_saying_which_setting_and_why() -> None:
+    good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    for changes, said in (
+            ({"default_ttl_s": 601}, f"need 1 <= default_ttl_s (601) <= max_ttl_s (600) <= "
+             f"{pools.MAX_TTL_S}"),
+            ({"claim_slice": -1}, f"claim_slice must be between 0 (whole devices) and "
+             f"{MAX_BYTES} bytes, got -1"),
+            ({"max_lease_size": 0}, f"max_lease_size must be between 1 and {MAX_BYTES} bytes "
+             "(or null: no limit), got 0"),
+            ({"description": "a\x07"}, f"description: at most {pools.DESCRIPTION_MAX} "
+             "characters, no control characters"),
+            ({"allowed_tenants": ["t"] * (pools.ALLOWED_TENANTS_MAX + 1)},
+             f"allowed_tenants: at most {pools.ALLOWED_TENANTS_MAX} names")):
+        with pytest.raises(InvalidRequest) as refused:
+            replace(good, **changes).checked()  # type: ignore[arg-type]
+        assert str(refused.value) == said
