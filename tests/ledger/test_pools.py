@@ -328,3 +328,14 @@ def test_a_bad_policy_is_refused_saying_which_setting_and_why() -> None:
         with pytest.raises(InvalidRequest) as refused:
             replace(good, **changes).checked()  # type: ignore[arg-type]
         assert str(refused.value) == said
+
+
+def test_a_pool_first_named_by_a_hosts_file_is_on_record_as_seeded_from_it(
+        ledger: Ledger) -> None:
+    """Who made a pool: the daemon, from its config file (not an admin through the API)."""
+    seeded = pools.PoolPolicy(name="from-file", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    ledger.run(partial(pools.seed, policy=seeded))
+    (created,) = [e for e in ledger.read(lambda s, _: reads.events(s, kind="pool.created"))
+                  if e.details.get("pool") == "from-file"]
+    assert (created.actor, created.host, created.details) == (
+        "daemon", HOST, {"pool": "from-file", "seeded": "config"})
