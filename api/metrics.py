@@ -3,7 +3,8 @@
 Owns a private registry (one per app, so tests can build many apps in one process), the counters
 and histogram the API edge and the daemon's tasks feed, the ASGI middleware that times and
 counts lease operations at the edge, and collectors that read, at scrape time, capacity from the
-ledger and how many grants wait for room from api.reclaim. Nothing here runs inside the ledger: the ledger is only read.
+ledger and how many grants wait for room from api.reclaim. Nothing here runs inside the ledger:
+the ledger is only read.
 """
 
 from __future__ import annotations
