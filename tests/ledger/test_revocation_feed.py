@@ -9,6 +9,8 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -190,58 +192,52 @@ def test_each_drain_says_whether_the_feed_still_listens(pg_url: str, engine: Eng
             feed._conn.close()
 
 
+@contextmanager
+def revoked_before_two_listeners(db: str, token: str
+                                 ) -> Iterator[tuple[RevocationFeed, psycopg.Connection[Any]]]:
+    """A feed of its own on `db` and a bare second listener (which acknowledges only what the
+    test sends for it), once `token`'s revocation was sent to both."""
+    host = f"feed-{uuid.uuid4().hex[:8]}"
+    feed = RevocationFeed(db, host)
+    feed.start()
+    other = psycopg.connect(make_url(db).set(drivername="postgresql").render_as_string(
+        hide_password=False), autocommit=True,
+        application_name=f"{LISTENER_PREFIX}other-{uuid.uuid4().hex[:8]}")
+    engine = create_engine(db)
+    try:
+        until("the feed listens", lambda: listener(engine, host) is not None, patience())
+        other.execute(f"LISTEN {REVOKED_CHANNEL}")
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify(:c, :t)"), {"c": REVOKED_CHANNEL, "t": token})
+        yield feed, other
+    finally:
+        other.close()
+        feed.stop()
+        engine.dispose()
+
+
 def test_a_confirm_ends_at_its_timeout_when_nothing_more_arrives(quiet_db: str) -> None:
     """One feed and one listener that never acknowledges: after the feed's own acknowledgement
     nothing arrives to wake the wait, and confirm still answers at its timeout."""
-    host = f"feed-{uuid.uuid4().hex[:8]}"
-    feed = RevocationFeed(quiet_db, host)
-    feed.start()
-    deaf = psycopg.connect(make_url(quiet_db).set(drivername="postgresql").render_as_string(
-        hide_password=False), autocommit=True,
-        application_name=f"{LISTENER_PREFIX}deaf-{uuid.uuid4().hex[:8]}")
-    engine = create_engine(quiet_db)
     answer: list[set[int]] = []
-    try:
-        until("the feed listens", lambda: listener(engine, host) is not None, patience())
-        deaf.execute(f"LISTEN {REVOKED_CHANNEL}")
-        with engine.begin() as conn:
-            conn.execute(text("SELECT pg_notify(:c, 'tok-alone')"), {"c": REVOKED_CHANNEL})
+    with revoked_before_two_listeners(quiet_db, "tok-alone") as (feed, deaf):
         waiter = threading.Thread(target=lambda: answer.append(feed.confirm("tok-alone", 0.5)),
                                   daemon=True)
         waiter.start()
         waiter.join(patience(0.5))
         assert answer and deaf.info.backend_pid in answer[0]
-    finally:
-        deaf.close()
-        feed.stop()
-        engine.dispose()
 
 
 def test_a_confirm_waits_for_a_listener_that_acknowledges_late(quiet_db: str) -> None:
     """A listener slow to acknowledge (its daemon busy) is waited for, not named at confirm's
     first look: it acknowledges a moment after confirm began, well inside the timeout."""
-    host = f"feed-{uuid.uuid4().hex[:8]}"
-    feed = RevocationFeed(quiet_db, host)
-    feed.start()
-    slow = psycopg.connect(make_url(quiet_db).set(drivername="postgresql").render_as_string(
-        hide_password=False), autocommit=True,
-        application_name=f"{LISTENER_PREFIX}slow-{uuid.uuid4().hex[:8]}")
-    engine = create_engine(quiet_db)
-    try:
-        until("the feed listens", lambda: listener(engine, host) is not None, patience())
-        slow.execute(f"LISTEN {REVOKED_CHANNEL}")
-        with engine.begin() as conn:
-            conn.execute(text("SELECT pg_notify(:c, 'tok-late')"), {"c": REVOKED_CHANNEL})
+    with revoked_before_two_listeners(quiet_db, "tok-late") as (feed, slow):
         late = threading.Timer(0.3, lambda: slow.execute(
             "SELECT pg_notify(%s, 'tok-late')", (tenants.HEARD_CHANNEL,)))
         late.start()
         unheard = feed.confirm("tok-late", timeout=patience(5))
         late.join()
-        assert slow.info.backend_pid not in unheard and not unheard
-    finally:
-        slow.close()
-        feed.stop()
-        engine.dispose()
+        assert not unheard  # the feed itself and the slow one both heard it
 
 
 def test_the_listening_connection_carries_the_urls_password_and_keepalives(
