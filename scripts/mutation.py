@@ -298,12 +298,39 @@ def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -
                                                       "equivalent") if counts[k])
              + (f" ({counts['gone']} no longer exist: their functions changed)"
                 if counts["gone"] else "") + "."]
-    if counted:
+    first = Counter(draw.get("first_run", {}))
+    first_counted = sum(first.values()) - first["equivalent"] - first["gone"]
+    if first_counted:
+        first_killed = first["killed"] + first["timeout"]
+        low = wilson_lower(first_killed, first_counted)
+        lines += ["", f"On the draw's own run, before any test was written for its survivors, "
+                  f"{first_killed} of {first_counted} were killed ({first['survived']} "
+                  f"survived, {first['equivalent']} equivalent): so, at 95% confidence, at least "
+                  f"{100 * low:.1f}% of those {draw['of']} were killed by the tests as they were "
+                  "then (Wilson's lower bound; a drawn mutant not checked counts as a "
+                  "survivor). The counts above are of today's tests, some written for these "
+                  "very mutants: they say nothing more of the mutants not drawn."]
+    elif counted:
         low = wilson_lower(killed, counted)
         lines += ["", f"So, at 95% confidence, at least {100 * low:.1f}% of those "
                   f"{draw['of']} would be killed (Wilson's lower bound; a drawn mutant not "
                   f"checked counts as a survivor), on top of the score of those checked."]
     return [*lines, ""]
+
+
+def record_first_run(root: Path = ROOT) -> None:
+    """Keep what the draw's own run decided, before any test is written for its survivors:
+    once tests are, the draw's mutants are killed by tests written for them, and say nothing
+    more of the mutants not drawn."""
+    path = root / DRAW
+    draw = json.loads(path.read_text())
+    status = {m.name: m.status for m in mutants(root)}
+    listed = listed_as_equivalent()
+    equivalent = {m.name for m in mutants(root) if m.status == "survived" and listed(m)}
+    counts = Counter("equivalent" if n in equivalent else status.get(n, "gone")
+                     for n in draw["drawn"])
+    draw["first_run"] = dict(sorted(counts.items()))
+    path.write_text(json.dumps(draw))
 
 
 def wilson_lower(successes: int, n: int, z: float = 1.96) -> float:
@@ -436,6 +463,8 @@ def main() -> int:
                 (ROOT / DRAW).write_text(json.dumps(record))
                 names = retried + drawn
             took = run_mutmut(args.max_children, names) if names else 0.0
+            if args.sample is not None:
+                record_first_run()
         else:
             took = run_mutmut(args.max_children)
     found = mutants()
