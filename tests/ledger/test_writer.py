@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, event, text
 
 from poold import errors
 from poold.ledger import leases, pools, reads
+from poold.ledger import queries as q
 from poold.ledger.fsck import fsck
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
@@ -360,3 +361,25 @@ def test_a_failing_leases_ended_callback_fails_nothing_committed(
                                                        kind="lease.released"))
     assert len(released) == 1
     assert ledger.run(grant_command()).state is LeaseState.ACTIVE  # the writer goes on
+
+
+def test_the_catalog_is_read_again_only_after_a_command_that_may_have_changed_it(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path's cached catalog (pools, devices): a command that went through the ORM
+    session (an admin's, which may change pools) drops it once; the grants after it, on Core
+    alone, keep the one read again."""
+    reads_: list[str] = []
+    catalog = q.pools.catalog
+    monkeypatch.setattr(q.pools, "catalog", lambda conn, host_id: (
+        reads_.append(host_id), catalog(conn, host_id))[1])
+    policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+
+    def batch(tx: Tx) -> None:
+        for command in (partial(pools.create_pool, policy=policy, actor="test"),
+                        *[partial(leases.grant, request=GrantRequest(size=MiB, actor="test"))
+                          for _ in range(3)]):
+            command(tx)
+            tx.command_done()  # as the writer does after each command of a batch
+
+    ledger.run(batch)
+    assert len(reads_) == 1
