@@ -298,7 +298,8 @@ def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -
                                                       "equivalent") if counts[k])
              + (f" ({counts['gone']} no longer exist: their functions changed)"
                 if counts["gone"] else "") + "."]
-    first = Counter(draw.get("first_run", {}))
+    first = Counter("equivalent" if n in equivalent else st
+                    for n, st in draw.get("first_run", {}).items())
     first_counted = sum(first.values()) - first["equivalent"] - first["gone"]
     if first_counted:
         first_killed = first["killed"] + first["timeout"]
@@ -319,17 +320,14 @@ def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -
 
 
 def record_first_run(root: Path = ROOT) -> None:
-    """Keep what the draw's own run decided, before any test is written for its survivors:
-    once tests are, the draw's mutants are killed by tests written for them, and say nothing
-    more of the mutants not drawn."""
+    """Keep what the draw's own run decided of each drawn mutant, before any test is written for
+    its survivors: once tests are, the draw's mutants are killed by tests written for them, and
+    say nothing more of the mutants not drawn. (Which survivors are equivalent is judged when
+    the report is written, by the list as it is then.)"""
     path = root / DRAW
     draw = json.loads(path.read_text())
     status = {m.name: m.status for m in mutants(root)}
-    listed = listed_as_equivalent()
-    equivalent = {m.name for m in mutants(root) if m.status == "survived" and listed(m)}
-    counts = Counter("equivalent" if n in equivalent else status.get(n, "gone")
-                     for n in draw["drawn"])
-    draw["first_run"] = dict(sorted(counts.items()))
+    draw["first_run"] = {n: status.get(n, "gone") for n in sorted(draw["drawn"])}
     path.write_text(json.dumps(draw))
 
 
