@@ -184,6 +184,15 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
         before["commits"] else list(before["commits"])
     draw = root / DRAW
     sample_ = json.loads(draw.read_text()) if draw.exists() else before.get("sample")
+    if sample_ and "first_run" not in sample_:
+        # The first save after a draw (its run's end, or --report-only after it was killed)
+        # keeps what its own run decided of each drawn mutant, before tests are written for
+        # its survivors: mutants killed by tests written for them say nothing of those not
+        # drawn. (Which survivors are equivalent is judged when the report is written.)
+        status = {m.name: m.status for m in mutants(root)}
+        sample_["first_run"] = {n: status.get(n, "gone") for n in sorted(sample_["drawn"])}
+        if draw.exists():
+            draw.write_text(json.dumps(sample_))
     path.write_text(json.dumps({"mutmut": mutmut_version(), "commits": commits,
                                 "modules": modules,
                                 **({"sample": sample_} if sample_ else {})}, indent=1) + "\n")
@@ -193,7 +202,7 @@ def forget_survivors(root: Path = ROOT, patterns: list[str] | None = None,
                      equivalent: Callable[[Mutant], bool] | None = None) -> list[str]:
     """Drop the survivors' results (of the mutants whose names match `patterns`, or all) from
     root/mutants' per-module files, so that the next mutmut run checks them again with
-    everything else undecided; how many were dropped. Those `equivalent` says are listed as
+    everything else undecided. Those `equivalent` says are listed as
     equivalent keep theirs: they are known to survive, and a survivor costs a run of every
     test of its layer. The names of those dropped."""
     dropped: list[str] = []
@@ -279,16 +288,16 @@ def mutmut_version() -> str:
 
 
 def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -> list[str]:
-    """What the last --sample draw found (none: no lines): how many of the drawn mutants were
-    killed, and the share of killed mutants the draw's pool has at least, at 95% confidence
-    (Wilson's lower bound), counting a drawn mutant still unchecked as a survivor."""
+    """What the last --sample draw found (none: no lines): how many of the drawn mutants today's
+    tests kill, and, from the draw's own run, the share of killed mutants its pool had at least,
+    at 95% confidence (Wilson's lower bound), counting a drawn mutant not checked as a
+    survivor."""
     path = root / RESULTS.relative_to(ROOT)
     draw = json.loads(path.read_text()).get("sample") if path.exists() else None
     if not draw:
         return []
     status = {m.name: ("equivalent" if m.name in equivalent else m.status) for m in found}
     counts = Counter(status.get(name, "gone") for name in draw["drawn"])
-    counted = len(draw["drawn"]) - counts["equivalent"] - counts["gone"]
     killed = counts["killed"] + counts["timeout"]
     lines = ["## A random sample of the mutants not checked", "",
              f"{len(draw['drawn'])} of the {draw['of']} mutants not checked on commit "
@@ -299,7 +308,7 @@ def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -
              + (f" ({counts['gone']} no longer exist: their functions changed)"
                 if counts["gone"] else "") + "."]
     first = Counter("equivalent" if n in equivalent else st
-                    for n, st in draw.get("first_run", {}).items())
+                    for n, st in draw["first_run"].items())
     first_counted = sum(first.values()) - first["equivalent"] - first["gone"]
     if first_counted:
         first_killed = first["killed"] + first["timeout"]
@@ -311,24 +320,7 @@ def sample_lines(found: list[Mutant], equivalent: set[str], root: Path = ROOT) -
                   "then (Wilson's lower bound; a drawn mutant not checked counts as a "
                   "survivor). The counts above are of today's tests, some written for these "
                   "very mutants: they say nothing more of the mutants not drawn."]
-    elif counted:
-        low = wilson_lower(killed, counted)
-        lines += ["", f"So, at 95% confidence, at least {100 * low:.1f}% of those "
-                  f"{draw['of']} would be killed (Wilson's lower bound; a drawn mutant not "
-                  f"checked counts as a survivor), on top of the score of those checked."]
     return [*lines, ""]
-
-
-def record_first_run(root: Path = ROOT) -> None:
-    """Keep what the draw's own run decided of each drawn mutant, before any test is written for
-    its survivors: once tests are, the draw's mutants are killed by tests written for them, and
-    say nothing more of the mutants not drawn. (Which survivors are equivalent is judged when
-    the report is written, by the list as it is then.)"""
-    path = root / DRAW
-    draw = json.loads(path.read_text())
-    status = {m.name: m.status for m in mutants(root)}
-    draw["first_run"] = {n: status.get(n, "gone") for n in sorted(draw["drawn"])}
-    path.write_text(json.dumps(draw))
 
 
 def wilson_lower(successes: int, n: int, z: float = 1.96) -> float:
@@ -461,8 +453,6 @@ def main() -> int:
                 (ROOT / DRAW).write_text(json.dumps(record))
                 names = retried + drawn
             took = run_mutmut(args.max_children, names) if names else 0.0
-            if args.sample is not None:
-                record_first_run()
         else:
             took = run_mutmut(args.max_children)
     found = mutants()

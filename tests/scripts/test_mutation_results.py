@@ -231,13 +231,15 @@ def test_a_sample_is_judged_by_its_first_run(mutation: ModuleType, tmp_path: Pat
     path.write_text(json.dumps(meta(codes)))
     (tmp_path / "mutants" / "sample.json").write_text(json.dumps(
         {"seed": 1, "of": 500, "commit": "abc1234", "drawn": sorted(codes)}))
-    mutation.record_first_run(tmp_path)
+    (tmp_path / "docs").mkdir()
+    mutation.save(tmp_path)  # the first save after the draw: its run's end
     first = json.loads((tmp_path / "mutants" / "sample.json").read_text())["first_run"]
     assert first == {name: "killed" if code else "survived" for name, code in codes.items()}
-    (tmp_path / "docs").mkdir()
-    mutation.save(tmp_path)
     codes["poold.ledger.leases.x_grant__mutmut_20"] = 1  # a test written for it since
     path.write_text(json.dumps(meta(codes)))
+    mutation.save(tmp_path)  # a later run's save keeps the first run as it was
+    saved = json.loads((tmp_path / "docs" / "mutation-results.json").read_text())
+    assert saved["sample"]["first_run"] == first
     lines = "\n".join(mutation.sample_lines(mutation.mutants(tmp_path), set(), tmp_path))
     assert "and run: 20 killed." in lines
     assert (f"19 of 20 were killed (1 survived, 0 equivalent): so, at 95% confidence, at least "
