@@ -34,6 +34,11 @@ def kept_pool(ledger: Ledger) -> None:
     ledger.run(partial(pools.create_pool, policy=policy, actor="test"))
 
 
+def grant_in_kept(ledger: Ledger, tenant: str | None = None) -> None:
+    ledger.run(partial(leases.grant, request=leases.GrantRequest(
+        size=2 * MiB, actor="test", pool="kept", tenant=tenant)))
+
+
 def set_quota(ledger: Ledger, tenant: str = "team-a", **limits: Any) -> tuple[Any, Any]:
     def run(tx: Tx) -> tuple[Any, Any]:
         quota = pools.set_pool_quota(tx, "default", tenant, actor="admin:a",
@@ -271,8 +276,7 @@ def test_a_pool_without_devices_refuses_a_grant_by_name(ledger: Ledger) -> None:
     every device it has (none), not an internal error."""
     kept_pool(ledger)
     with pytest.raises(LeaseTooLarge) as refused:
-        ledger.run(partial(leases.grant, request=leases.GrantRequest(
-            size=2 * MiB, actor="test", pool="kept")))
+        grant_in_kept(ledger)
     assert str(refused.value) == f"no online device in pool 'kept' can hold {2 * MiB} bytes"
 
 
@@ -281,8 +285,7 @@ def test_a_tenant_the_pool_does_not_admit_is_refused_by_name(ledger: Ledger) -> 
                               allowed_tenants=["team-a"])
     ledger.run(partial(pools.create_pool, policy=policy, actor="test"))
     with pytest.raises(TenantNotAllowed) as refused:
-        ledger.run(partial(leases.grant, request=leases.GrantRequest(
-            size=2 * MiB, actor="test", pool="kept", tenant="team-b")))
+        grant_in_kept(ledger, tenant="team-b")
     assert str(refused.value) == "tenant 'team-b' may not lease from pool 'kept'"
 
 
@@ -290,8 +293,7 @@ def test_a_retired_pool_refuses_a_grant_saying_so(ledger: Ledger) -> None:
     kept_pool(ledger)
     ledger.run(partial(pools.retire_pool, name="kept", actor="a"))
     with pytest.raises(UnknownPool) as refused:
-        ledger.run(partial(leases.grant, request=leases.GrantRequest(
-            size=2 * MiB, actor="test", pool="kept")))
+        grant_in_kept(ledger)
     assert str(refused.value) == "pool 'kept' is retired"
 
 
