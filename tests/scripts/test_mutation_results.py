@@ -189,6 +189,18 @@ def test_a_sample_is_drawn_again_by_its_seed(mutation: ModuleType) -> None:
     assert sorted(mutation.sample(names, 500, seed=7)) == sorted(names)
 
 
+def drawn_from(root: Path, codes: dict[str, int | None], seed: int, of: int) -> Path:
+    """A checkout whose last --sample draw is `codes`' mutants (with those results), drawn
+    from `of` unchecked ones on commit abc1234; the mutants' per-module file."""
+    path = root / "mutants" / "poold" / "ledger" / "leases.py.meta"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(meta(codes)))
+    (root / "mutants" / "sample.json").write_text(json.dumps(
+        {"seed": seed, "of": of, "commit": "abc1234", "drawn": sorted(codes)}))
+    (root / "docs").mkdir()
+    return path
+
+
 def test_a_finished_sample_bounds_what_the_rest_would_score(mutation: ModuleType,
                                                             tmp_path: Path) -> None:
     """The report says how many drawn mutants were killed and, from that, the share of the
@@ -198,12 +210,7 @@ def test_a_finished_sample_bounds_what_the_rest_would_score(mutation: ModuleType
     drawn["poold.ledger.leases.x_grant__mutmut_99"] = 0  # survived
     drawn["poold.ledger.leases.x_grant__mutmut_100"] = None  # not run yet
     drawn["poold.ledger.leases.x_grant__mutmut_101"] = 0  # listed as equivalent
-    path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(meta(drawn)))
-    (tmp_path / "mutants" / "sample.json").write_text(json.dumps(
-        {"seed": 5, "of": 1000, "commit": "abc1234", "drawn": sorted(drawn)}))
-    (tmp_path / "docs").mkdir()
+    drawn_from(tmp_path, drawn, seed=5, of=1000)
     mutation.save(tmp_path)
     (tmp_path / "mutants" / "sample.json").unlink()  # a fresh clone has only the results file
     found = mutation.mutants(tmp_path)
@@ -226,12 +233,7 @@ def test_a_sample_is_judged_by_its_first_run(mutation: ModuleType, tmp_path: Pat
     it: the bound on the mutants not drawn comes from what the draw's own run decided."""
     codes = {f"poold.ledger.leases.x_grant__mutmut_{i}": 1 for i in range(1, 21)}
     codes["poold.ledger.leases.x_grant__mutmut_20"] = 0
-    path = tmp_path / "mutants" / "poold" / "ledger" / "leases.py.meta"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(meta(codes)))
-    (tmp_path / "mutants" / "sample.json").write_text(json.dumps(
-        {"seed": 1, "of": 500, "commit": "abc1234", "drawn": sorted(codes)}))
-    (tmp_path / "docs").mkdir()
+    path = drawn_from(tmp_path, codes, seed=1, of=500)
     mutation.save(tmp_path)  # the first save after the draw: its run's end
     first = json.loads((tmp_path / "mutants" / "sample.json").read_text())["first_run"]
     assert first == {name: "killed" if code else "survived" for name, code in codes.items()}
