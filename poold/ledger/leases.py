@@ -127,9 +127,9 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
                 )
             return view(tx, replay)
     devices = _candidates(tx, pool, request)
-    placed = _place(tx, pool, devices, request.size)
-    if placed is None and reap(tx) > 0:
-        placed = _place(tx, pool, devices, request.size)
+    # No reap here: _place's last pass (sharing.make_room) already expires every host's leases
+    # past their time on each candidate device, this host's among them.
+    placed = _place(tx, pool, devices)
     if placed is None:
         raise NoCapacity(f"no free extent of {request.size} bytes in pool {pool.name!r} now")
     device, claim_id, extent = placed
@@ -493,7 +493,7 @@ def _refuse_unplaceable(tx: Tx, pool: PoolRecord, request: GrantRequest,
     )
 
 
-def _place(tx: Tx, pool: PoolRecord, devices: Sequence[tuple[DeviceRecord, int]], size: int
+def _place(tx: Tx, pool: PoolRecord, devices: Sequence[tuple[DeviceRecord, int]]
            ) -> tuple[DeviceRecord, int, Extent] | None:
     """Inside this host's claims first (no claim change), else in a new claim, else in a new
     claim after making room (other hosts' idle claimed bytes, expired leases, lost hosts)."""
