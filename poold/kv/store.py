@@ -259,7 +259,7 @@ class KVStore:
                 view = slab.readable()
                 if view is not None:
                     dst[:self.block_size] = view[where.offset:where.offset + self.block_size]
-                    if slab.usable:  # lost during the copy: a miss
+                    if slab.readable() is not None:  # else lost during the copy: a miss
                         self._index.touch(key)
                         self._index.counts["hits"] += 1
                         return True

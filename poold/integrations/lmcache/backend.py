@@ -107,8 +107,11 @@ class PooldBackend(StoragePluginInterface):
                   if k.startswith("poold.")}
         self.objects = TierSettings.from_dict(params).open(
             labels={"engine": "lmcache", "tier": "storage-plugin"})
+        # Each stored chunk by LMCache's key object: its key string in poold.kv (to_string
+        # costs four times a dict lookup, so a get finds it here) and its layout. Written under
+        # _lock; read without it (one dict lookup is atomic in CPython).
         self._lock = threading.Lock()
-        self._layouts: dict[bytes, Layout] = {}
+        self._chunks: dict[CacheEngineKey, tuple[bytes, Layout]] = {}
         self._last_layout: Layout | None = None  # shared by the chunks laid out alike
         self._closed = False
 
@@ -117,24 +120,24 @@ class PooldBackend(StoragePluginInterface):
 
     # -- lookups -------------------------------------------------------------------------------
 
-    def _known(self, raws: Sequence[bytes]) -> list[bool]:
+    def _known(self, keys: Sequence[CacheEngineKey], raws: Sequence[bytes]) -> list[bool]:
         if self._closed:
             return [False] * len(raws)
         present = self.objects.sizes(raws)
         with self._lock:
-            return [n is not None and r in self._layouts for r, n in zip(raws, present,
-                                                                          strict=True)]
+            return [n is not None and k in self._chunks for k, n in zip(keys, present,
+                                                                         strict=True)]
 
     def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
         raw = _raw(key)
         if pin:
-            return self.objects.lock([raw])[0] and self._known([raw])[0]
-        return self._known([raw])[0]
+            return self.objects.lock([raw])[0] and self._known([key], [raw])[0]
+        return self._known([key], [raw])[0]
 
     def batched_contains(self, keys: list[CacheEngineKey], pin: bool = False) -> int:
         """How many keys, from the first, are present (a prefix), pinned if asked."""
         raws = [_raw(k) for k in keys]
-        known = self._known(raws)
+        known = self._known(keys, raws)
         hits = known.index(False) if False in known else len(known)
         if pin and hits:
             self.objects.lock(raws[:hits])
@@ -169,12 +172,12 @@ class PooldBackend(StoragePluginInterface):
         raws = [_raw(k) for k in keys]
         outcome = self.objects.put_many(raws, [bytes_of(o) for o in objs],
                                         session=session_of(keys))
-        layouts = []
-        for raw, obj, put in zip(raws, objs, outcome, strict=True):
+        chunks = []
+        for key, raw, obj, put in zip(keys, raws, objs, outcome, strict=True):
             if put is not Put.REFUSED:
-                layouts.append((raw, self._layout_of(obj)))
+                chunks.append((key, (raw, self._layout_of(obj))))
         with self._lock:
-            self._layouts.update(layouts)
+            self._chunks.update(chunks)
         if on_complete_callback is not None:
             for key, put in zip(keys, outcome, strict=True):
                 if put is Put.STORED:
@@ -186,9 +189,9 @@ class PooldBackend(StoragePluginInterface):
         put = self.objects.put(raw, bytes_of(obj), session=session_of((key,)))
         if put is Put.REFUSED:
             return
-        layout = self._layout_of(obj)
+        chunk = raw, self._layout_of(obj)
         with self._lock:
-            self._layouts[raw] = layout
+            self._chunks[key] = chunk
         if put is Put.STORED and on_complete_callback is not None:
             on_complete_callback(key)
 
@@ -203,7 +206,7 @@ class PooldBackend(StoragePluginInterface):
         if not force and self.objects.locked(raw):
             return False
         with self._lock:
-            self._layouts.pop(raw, None)
+            self._chunks.pop(key, None)
         return self.objects.delete([raw])[0] is not None
 
     def clear(self) -> int:
@@ -212,30 +215,29 @@ class PooldBackend(StoragePluginInterface):
         they held, as that backend counts them. Their blocks are free for the next puts; the
         leases stay until idle (idle_release_s)."""
         with self._lock:
-            held = list(self._layouts.items())
-        going = [(raw, layout) for raw, layout in held if not self.objects.locked(raw)]
+            held = list(self._chunks.items())
+        going = [(key, chunk) for key, chunk in held if not self.objects.locked(chunk[0])]
         with self._lock:
-            for raw, _layout in going:
-                self._layouts.pop(raw, None)
-        sizes = self.objects.delete([raw for raw, _layout in going])
+            for key, _chunk in going:
+                self._chunks.pop(key, None)
+        sizes = self.objects.delete([raw for _key, (raw, _layout) in going])
         return sum(layout.shapes[0][layout.fmt.token_dim()]
-                   for (_raw, layout), size in zip(going, sizes, strict=True) if size is not None)
+                   for (_key, (_raw, layout)), size in zip(going, sizes, strict=True)
+                   if size is not None)
 
     # -- reads ---------------------------------------------------------------------------------
 
     def get_blocking(self, key: CacheEngineKey) -> MemoryObj | None:
-        raw = _raw(key)
-        with self._lock:
-            layout = self._layouts.get(raw)
-        if layout is None or self._closed:
+        chunk = self._chunks.get(key)
+        if chunk is None or self._closed:
             return None
+        raw, layout = chunk
         obj = self.local_cpu_backend.allocate(layout.shapes, layout.dtypes, layout.fmt)
         if obj is None:  # LMCache's CPU buffer is full
             return None
         if not self.objects.get_into(raw, bytes_of(obj)):
             obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
-            with self._lock:
-                self._layouts.pop(raw, None)
+            self._forget(key, chunk)
             return None
         if layout.cached_positions is not None:  # a fresh object's are None already
             obj.metadata.cached_positions = layout.cached_positions
@@ -246,9 +248,8 @@ class PooldBackend(StoragePluginInterface):
         to each other, are allocated in one call and copied in one poold.kv read."""
         if self._closed:
             return [None] * len(keys)
-        raws = [_raw(k) for k in keys]
-        with self._lock:
-            layouts = [self._layouts.get(r) for r in raws]
+        chunks = [self._chunks.get(k) for k in keys]
+        layouts = [c[1] if c is not None else None for c in chunks]
         objs: list[MemoryObj | None] = [None] * len(keys)
         for start, end in _same_layout_runs(layouts):
             layout = layouts[start]
@@ -258,20 +259,24 @@ class PooldBackend(StoragePluginInterface):
             if got is None:  # LMCache's CPU buffer is full: the rest are misses
                 break
             objs[start:end] = got
-        at = [i for i, o in enumerate(objs) if o is not None]
-        hits = self.objects.get_many_into([raws[i] for i in at],
-                                          [bytes_of(o) for o in objs if o is not None])
-        for i, hit in zip(at, hits, strict=True):
-            obj, layout = objs[i], layouts[i]
-            assert obj is not None and layout is not None
+        found = [(i, chunk, obj) for i, (chunk, obj) in enumerate(zip(chunks, objs, strict=True))
+                 if chunk is not None and obj is not None]
+        hits = self.objects.get_many_into([chunk[0] for _i, chunk, _obj in found],
+                                          [bytes_of(obj) for _i, _chunk, obj in found])
+        for (i, chunk, obj), hit in zip(found, hits, strict=True):
             if hit:
-                obj.metadata.cached_positions = layout.cached_positions
+                obj.metadata.cached_positions = chunk[1].cached_positions
                 continue
             obj.ref_count_down()  # evicted or lost since: a miss, and the buffer goes back
             objs[i] = None
-            with self._lock:
-                self._layouts.pop(raws[i], None)
+            self._forget(keys[i], chunk)
         return objs
+
+    def _forget(self, key: CacheEngineKey, chunk: tuple[bytes, Layout]) -> None:
+        """A get missed `chunk`: it goes, unless the key was stored again since."""
+        with self._lock:
+            if self._chunks.get(key) is chunk:
+                del self._chunks[key]
 
     async def batched_get_non_blocking(self, lookup_id: str, keys: list[CacheEngineKey],
                                        transfer_spec: Any = None) -> list[MemoryObj]:
