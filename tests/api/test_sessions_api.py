@@ -46,7 +46,9 @@ def test_another_tenants_session_is_unknown_to_it(served: Served) -> None:
                                                         "session_id": session["id"]})):
         served.refused(404, "UnknownSession", method, where, bob, json=body)
     assert bob.get("/v1/sessions", params={"tenant": "alice"}).json() == []
-    served.refused(403, "Forbidden", "POST", "/v1/sessions", bob, json={"tenant": "alice"})
+    assert served.refused(403, "Forbidden", "POST", "/v1/sessions", bob,
+                          json={"tenant": "alice"}
+                          ) == "tenant:bob may open sessions only for tenant 'bob'"
     served.refused(403, "Forbidden", "POST", f"{path}/revoke", alice)
     assert alice.get(path).json()["state"] == "active"
 
