@@ -80,6 +80,26 @@ def test_best_fit_prefers_smallest_hole() -> None:
     assert got == x[2]
 
 
+@pytest.mark.parametrize(("size", "align", "base"), [
+    (16, 0, 0), (16, -ALIGN, 0),  # no alignment
+    (-ALIGN, ALIGN, 0),  # a negative size, aligned
+    (ALIGN + 2, ALIGN, 0),  # a size that is not a multiple of the alignment
+    (16, ALIGN, 2),  # a base off the alignment
+])
+def test_a_bad_space_is_refused_by_what_it_is(size: int, align: int, base: int) -> None:
+    with pytest.raises(AllocatorError) as refused:
+        ExtentAllocator(size, align, base)
+    assert str(refused.value) == f"bad space: base={base} size={size} align={align}"
+
+
+def test_an_empty_space_is_valid_and_has_nothing_free() -> None:
+    """A device of no capacity (or a claim of none) still gets an allocator; it hands out
+    nothing and reports no free extent, not one of length 0."""
+    empty = ExtentAllocator(0, ALIGN, base=8 * ALIGN)
+    assert empty.free_extents() == [] and empty.largest_free == 0 and empty.free_bytes == 0
+    assert empty.allocate(ALIGN) is None
+
+
 @pytest.mark.parametrize("bad", [0, -ALIGN, ALIGN + 1])
 def test_bad_lengths_are_refused(bad: int) -> None:
     with pytest.raises(AllocatorError):
