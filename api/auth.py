@@ -173,10 +173,10 @@ def principal_of(request: Request) -> Principal:
     found = request.scope.get(_SCOPE_KEY)
     if isinstance(found, Principal):
         return found
-    auth: Authenticator | None = getattr(request.app.state, "auth", None)
+    auth: Authenticator | None = request.app.state.auth  # create_app sets it (None: auth off)
     principal = OPEN if auth is None else auth.authenticate(request)
     request.scope[_SCOPE_KEY] = principal
-    limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+    limiter: RateLimiter | None = request.app.state.rate_limiter  # None: no limit
     if limiter is not None:
         try:
             limiter.take(principal)
