@@ -266,8 +266,10 @@ def test_a_fenced_host_records_its_leases_lost_when_the_ledger_is_back(
     session = a.run(partial(sessions.open_session,
                             request=sessions.OpenRequest(actor="t", ttl_s=600)))
     watch.now += TTL + 0.5
-    with pytest.raises(errors.HostFenced):
+    with pytest.raises(errors.HostFenced) as fenced:
         grant(a, 2 * MiB)
+    assert str(fenced.value) == ("host host-a lost the ledger for longer than its host_ttl: it "
+                                 "grants nothing until its heartbeat is back")
     # What its clients hear: the lease is lost, and so is every lease of the session.
     with pytest.raises(errors.HostFenced) as fenced:
         a.run(partial(leases.keepalive, lease_id=lease.id, ttl_s=None, actor="t"))
