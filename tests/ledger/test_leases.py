@@ -422,6 +422,22 @@ def test_a_device_another_host_bound_meanwhile_refuses_and_frees_the_room(
     assert b.read(fsck).clean
 
 
+def test_devices_bound_to_other_tenants_refuse_a_grant_naming_each(
+        make_ledger: LedgerFactory) -> None:
+    """Both devices handed out whole serve a tenant each: a third tenant is refused, told
+    which devices (not which tenants) stand in its way."""
+    other = replace(emulated_spec(64 * MiB, "dax1.0"), kind=DeviceKind.DEVDAX, shared=True)
+    ledger = make_ledger([WHOLE, other])
+    bound = {grant(ledger, 2 * MiB, tenant=t).device_id for t in ("team-a", "team-b")}
+    assert len(bound) == 2
+    with pytest.raises(errors.DeviceBound) as refused:
+        grant(ledger, 2 * MiB, tenant="team-c")
+    assert str(refused.value) == (
+        "dax0.0, dax1.0 in pool 'default' serve(s) another tenant's leases: a device handed out "
+        "whole serves one tenant at a time (a trusted pool shares it); an admin frees one with "
+        "`poold device unbind-tenant` once that tenant's leases ended")
+
+
 def test_a_release_is_recorded_with_the_extent_it_freed(ledger: Ledger) -> None:
     lease = grant(ledger, 2 * MiB)
     ledger.run(partial(leases.release, lease_id=lease.id, actor="holder"))

@@ -280,6 +280,22 @@ def test_a_pool_without_devices_refuses_a_grant_by_name(ledger: Ledger) -> None:
     assert str(refused.value) == f"no online device in pool 'kept' can hold {2 * MiB} bytes"
 
 
+def test_a_pools_largest_lease_is_granted_and_a_larger_one_refused(ledger: Ledger) -> None:
+    """max_lease_size bounds the length a grant takes (its size rounded up to the device's
+    2 MiB alignment), inclusive."""
+    ledger.run(partial(pools.edit_pool, name="default", changes={"max_lease_size": 8 * MiB},
+                       actor="admin:a"))
+
+    def grant(size: int) -> int:
+        return ledger.run(partial(leases.grant, request=leases.GrantRequest(
+            size=size, actor="test"))).length
+    assert grant(8 * MiB) == 8 * MiB
+    assert grant(6 * MiB + 1) == 8 * MiB
+    with pytest.raises(LeaseTooLarge) as refused:
+        grant(8 * MiB + 1)
+    assert str(refused.value) == f"no online device in pool 'default' can hold {8 * MiB + 1} bytes"
+
+
 def test_a_tenant_the_pool_does_not_admit_is_refused_by_name(ledger: Ledger) -> None:
     policy = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600,
                               allowed_tenants=["team-a"])

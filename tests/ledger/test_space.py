@@ -58,3 +58,18 @@ def test_a_rebuild_reserves_every_live_lease_where_its_bytes_are() -> None:
     assert space.place(DEV, 8 * MiB) == (2, Extent(24 * MiB, 8 * MiB))
     assert space.place(DEV, 2 * MiB) is None
     assert space.place(OTHER_DEV, 16 * MiB) == (3, Extent(0, 16 * MiB))
+
+
+def test_a_place_takes_the_tightest_hole_of_the_devices_claims_the_older_on_a_tie() -> None:
+    """Best fit across claims; between equal fits the claim added first, so newer claims are
+    the ones left idle to be given back. Another device's claims are never used."""
+    space = space_of((1, DEV, Extent(0, 16 * MiB)), (2, DEV, Extent(16 * MiB, 16 * MiB)),
+                     (3, OTHER_DEV, Extent(0, 4 * MiB)))
+    assert space.place(DEV, 2 * MiB) == (1, Extent(0, 2 * MiB))  # a tie: the older claim
+    assert space.place(DEV, 2 * MiB) == (1, Extent(2 * MiB, 2 * MiB))  # now the tighter one
+    space.free(1, Extent(0, 2 * MiB))
+    space.free(1, Extent(2 * MiB, 2 * MiB))
+    space.place(DEV, 14 * MiB)  # claim 1 keeps a 2 MiB hole, claim 2 a whole 16 MiB one
+    assert space.place(DEV, 2 * MiB) == (1, Extent(14 * MiB, 2 * MiB))
+    assert space.place(OTHER_DEV, 4 * MiB) == (3, Extent(0, 4 * MiB))
+    assert space.place(OTHER_DEV, 2 * MiB) is None

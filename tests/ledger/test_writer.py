@@ -383,3 +383,24 @@ def test_the_catalog_is_read_again_only_after_a_command_that_may_have_changed_it
 
     ledger.run(batch)
     assert len(reads_) == 1
+
+
+def test_the_catalog_outlives_transactions_until_an_admin_changes_pools(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer keeps its catalog from one transaction to the next while the ledger's
+    catalog version stands; an admin's pool edit (through any daemon) moves it on."""
+    grant = partial(leases.grant, request=GrantRequest(size=MiB, actor="test"))
+    ledger.run(grant)  # the catalog read once, whenever that was
+    reads_: list[str] = []
+    catalog = q.pools.catalog
+    monkeypatch.setattr(q.pools, "catalog", lambda conn, host_id: (
+        reads_.append(host_id), catalog(conn, host_id))[1])
+    for _ in range(3):
+        ledger.run(grant)
+    assert reads_ == []
+    ledger.run(partial(pools.edit_pool, name="default", changes={"default_ttl_s": 61},
+                       actor="admin:a"))
+    reads_.clear()
+    for _ in range(3):
+        ledger.run(grant)
+    assert len(reads_) == 1
