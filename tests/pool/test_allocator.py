@@ -117,3 +117,13 @@ def test_double_free_and_foreign_free_are_refused() -> None:
         a.reserve(Extent(ALIGN, 16 * ALIGN))
     with pytest.raises(AllocatorError, match=r"^offset 6 is not aligned to 4$"):
         a.reserve(Extent(6, ALIGN))
+
+
+def test_with_byte_alignment_a_one_byte_remainder_stays_free() -> None:
+    """The pieces a take leaves on either side stay free however small: one byte, where the
+    alignment is one byte."""
+    space = ExtentAllocator(5, 1)
+    space.reserve(Extent(1, 3))
+    assert space.free_extents() == [Extent(0, 1), Extent(4, 1)]
+    assert space.allocate(1) == Extent(0, 1) and space.allocate(1) == Extent(4, 1)
+    assert space.allocate(1) is None
