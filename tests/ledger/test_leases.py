@@ -48,8 +48,9 @@ def test_leases_never_overlap_and_capacity_is_exact(ledger: Ledger) -> None:
     granted = [grant(ledger, 8 * MiB) for _ in range(8)]  # fills the 64 MiB device
     extents = sorted((x.offset, x.length) for x in granted)
     assert extents == [(i * 8 * MiB, 8 * MiB) for i in range(8)]
-    with pytest.raises(errors.NoCapacity):
+    with pytest.raises(errors.NoCapacity) as refused:
         grant(ledger, 2 * MiB)
+    assert str(refused.value) == f"no free extent of {2 * MiB} bytes in pool 'default' now"
     (pool,) = ledger.read(reads.pools)
     assert pool.leased_bytes == 64 * MiB and pool.available_bytes == 0
     ledger.run(partial(leases.release, lease_id=granted[3].id, actor="test"))

@@ -160,3 +160,16 @@ def test_a_tenants_first_lease_creates_it_with_the_default_quotas(
         f"tenant 'greedy' holds 0 bytes; {8 * MiB} more would pass its quota of {4 * MiB}")
     with pytest.raises(UnknownTenant):
         ledger.read(lambda s, now: tenants.tenant(s, "greedy", now))
+
+
+def test_a_grant_its_quota_refuses_leaves_its_extent_to_the_next(
+        make_ledger: LedgerFactory) -> None:
+    """The extent a grant had placed before its quota refused it is free again at once: the
+    next grant (another tenant's) takes it, not the one after it."""
+    ledger = make_ledger()
+    set_tenant(ledger, "capped", 0, None)
+    assert refused(ledger, "capped", 2 * MiB) == (
+        f"tenant 'capped' holds 0 bytes; {2 * MiB} more would pass its quota of 0")
+    lease = ledger.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                                  tenant="open")))
+    assert lease.offset == 0
