@@ -487,3 +487,21 @@ def test_a_tenants_grant_takes_memory_made_per_lease_before_binding_a_whole_devi
     assert grant(ledger, 8 * MiB, tenant="a").device == "dax0.0"  # emu0 is short: its own
     assert {d.devname: d.tenant_scope for d in ledger.read(
         lambda s, now: reads.devices(s, now))} == {"dax0.0": "a", "dax1.0": None, "emu0": None}
+
+
+BAD_TEXT = "\x00" + "y" * 70  # a NUL, and more than the 64 characters a refusal quotes
+
+
+@pytest.mark.parametrize("field", [
+    {"pool": BAD_TEXT}, {"idempotency_key": BAD_TEXT}, {"tenant": BAD_TEXT},
+    {"device": BAD_TEXT}, {"labels": {BAD_TEXT: "v"}}, {"labels": {"k": BAD_TEXT}},
+])
+def test_control_characters_in_a_grants_text_are_refused_quoting_them(
+        ledger: Ledger, field: dict[str, object]) -> None:
+    """Beneath the API's own check: the ledger refuses them itself (on PostgreSQL a NUL would
+    fail the whole batch's transaction), quoting the first 64 characters, and grants nothing."""
+    with pytest.raises(errors.InvalidRequest) as refused:
+        ledger.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t",
+                                                              **field)))  # type: ignore[arg-type]
+    assert str(refused.value) == f"control characters in {BAD_TEXT[:64]!r}"
+    assert ledger.read(lambda s, now: reads.leases(s, now)) == []
