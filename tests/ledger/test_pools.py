@@ -169,6 +169,10 @@ def test_an_unknown_pool_and_a_retired_one_are_refused_saying_which(
             ledger.run(partial(pools.set_pool_quota, name=name, tenant="team-a",
                                max_bytes=None, max_leases=1, actor="a"))
         assert str(refused.value) == refusal
+        with pytest.raises(UnknownPool) as refused:
+            ledger.run(partial(leases.grant, request=leases.GrantRequest(
+                size=2 * MiB, actor="a", pool=name)))
+        assert str(refused.value) == refusal
     assert ledger.read(lambda s, now: reads.events(s, kind="pool.changed")) == []
     assert ledger.read(lambda s, now: reads.events(s, kind="pool.quota_changed")) == []
 

@@ -192,3 +192,14 @@ def test_a_hosts_memory_and_region_leases_are_its_own_that_hold_their_extent(
         (ended_region.id, "region0", LeaseState.SCRUBBING)])
     assert set(a.read(lambda s, now: reads.memory_leases(s, now, host_id="host-b"))) == {
         theirs[0].id, theirs[1].id}
+
+
+def test_events_after_an_id_are_those_recorded_since_it(ledger: Ledger) -> None:
+    """The cursor a reader keeps (the API's after_id, the daemon's reclaim counter)."""
+    for _ in range(3):
+        ledger.run(partial(leases.grant, request=GrantRequest(size=2 * MiB, actor="t")))
+    every = ledger.read(lambda s, _now: reads.events(s, kind="lease.granted"))
+    assert len(every) == 3
+    oldest = min(e.id for e in every)
+    since = ledger.read(lambda s, _now: reads.events(s, kind="lease.granted", after_id=oldest))
+    assert {e.id for e in since} == {e.id for e in every} - {oldest}
