@@ -337,6 +337,8 @@ def test_events_are_read_up_to_the_limit_asked(ledger: Ledger) -> None:
 def test_a_bad_policy_is_refused_saying_which_setting_and_why() -> None:
     good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
     for changes, said in (
+            ({"name": "-kept"}, f"pool name '-kept': 1 to {pools.NAME_MAX} letters, digits, "
+             "'.', '_' or '-', starting with a letter or digit"),
             ({"default_ttl_s": 601}, f"need 1 <= default_ttl_s (601) <= max_ttl_s (600) <= "
              f"{pools.MAX_TTL_S}"),
             ({"claim_slice": -1}, f"claim_slice must be between 0 (whole devices) and "
