@@ -54,6 +54,9 @@ EQUIVALENT = ROOT / "scripts" / "mutation-equivalent.toml"
 REPORT = ROOT / "docs" / "mutation.md"
 LOG = ROOT / "mutation-run.log"  # beside mutants/, which mutmut may empty and rebuild
 RESULTS = ROOT / "docs" / "mutation-results.json"
+# The commit a run started on, kept until the save after it: a run killed before its end (a
+# long one often is) is still named by the --report-only that saves its results.
+RUN_MARK = Path("mutants") / "run-commit"
 DRAW = Path("mutants") / "sample.json"  # the last --sample draw: its seed, names and pool size
 
 # mutmut's exit codes (mutmut/stats.py): the mutant's tests failed (1), pytest broke (3), the
@@ -165,8 +168,9 @@ def seed(root: Path = ROOT) -> int:
 
 def save(root: Path = ROOT, ran: bool = True) -> None:
     """The decided results of root/mutants, with the hashes that keep them valid, to the results
-    file; the commits whose runs made them are kept in a list (`ran`: this checkout's commit
-    joins it; a report alone adds none)."""
+    file; the commits whose runs made them are kept in a list (the commit the last run started
+    on joins it, if RUN_MARK says; else `ran`: this checkout's commit; a report alone after no
+    run adds none)."""
     path = root / RESULTS.relative_to(ROOT)
     before = json.loads(path.read_text()) if path.exists() else {"commits": []}
     modules = {}
@@ -180,8 +184,14 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
                                  if k in decided},
         }
     here = commit(root)
-    commits = [c for c in before["commits"] if c != here] + [here] if ran or not \
-        before["commits"] else list(before["commits"])
+    mark = root / RUN_MARK
+    run_on = mark.read_text().strip() if mark.exists() else (here if ran else None)
+    if run_on is None and not before["commits"]:
+        run_on = here
+    commits = list(before["commits"])
+    if run_on is not None:
+        commits = [c for c in commits if c != run_on] + [run_on]
+    mark.unlink(missing_ok=True)
     draw = root / DRAW
     sample_ = json.loads(draw.read_text()) if draw.exists() else before.get("sample")
     if sample_ and "first_run" not in sample_:
@@ -452,8 +462,12 @@ def main() -> int:
                           "commit": commit(), "drawn": drawn}
                 (ROOT / DRAW).write_text(json.dumps(record))
                 names = retried + drawn
+            if names:
+                (ROOT / RUN_MARK).write_text(commit())
             took = run_mutmut(args.max_children, names) if names else 0.0
         else:
+            (ROOT / RUN_MARK).parent.mkdir(exist_ok=True)
+            (ROOT / RUN_MARK).write_text(commit())
             took = run_mutmut(args.max_children)
     found = mutants()
     if not found:

@@ -92,6 +92,23 @@ def test_a_report_alone_names_no_new_run(mutation: ModuleType, tmp_path: Path) -
     assert json.loads(results.read_text())["commits"] == ["aaaaaaa", "unknown"]
 
 
+def test_a_report_after_a_killed_run_names_the_commit_it_ran_on(mutation: ModuleType,
+                                                               tmp_path: Path) -> None:
+    """A long run is often stopped before its end: the --report-only that saves its results
+    names the commit the run started on (the run left it in RUN_MARK), once."""
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / "mutants" / "a.py.meta").write_text(json.dumps(meta({"k": 1})))
+    (tmp_path / "docs").mkdir()
+    results = tmp_path / "docs" / "mutation-results.json"
+    results.write_text(json.dumps({"mutmut": "3.8.1", "commits": ["aaaaaaa"], "modules": {}}))
+    (tmp_path / mutation.RUN_MARK).write_text("bbbbbbb")
+    mutation.save(tmp_path, ran=False)
+    assert json.loads(results.read_text())["commits"] == ["aaaaaaa", "bbbbbbb"]
+    assert not (tmp_path / mutation.RUN_MARK).exists()
+    mutation.save(tmp_path, ran=False)
+    assert json.loads(results.read_text())["commits"] == ["aaaaaaa", "bbbbbbb"]
+
+
 def test_no_results_file_seeds_nothing(mutation: ModuleType, tmp_path: Path) -> None:
     assert mutation.seed(tmp_path) == 0
     assert not (tmp_path / "mutants").exists()
