@@ -98,8 +98,10 @@ class Mutant:
 
 def run_mutmut(max_children: int, names: list[str] | None = None) -> float:
     """mutmut run (of every mutant without a result, or of those named), its progress spinner to
-    mutation-run.log; seconds it took."""
+    mutation-run.log, the commit it starts on to RUN_MARK; seconds it took."""
     started = time.monotonic()
+    (ROOT / RUN_MARK).parent.mkdir(exist_ok=True)
+    (ROOT / RUN_MARK).write_text(commit())
     with LOG.open("w") as log:
         result = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children),
                                  *(names or [])],
@@ -185,9 +187,10 @@ def save(root: Path = ROOT, ran: bool = True) -> None:
         }
     here = commit(root)
     mark = root / RUN_MARK
-    run_on = mark.read_text().strip() if mark.exists() else (here if ran else None)
-    if run_on is None and not before["commits"]:
-        run_on = here
+    if mark.exists():
+        run_on: str | None = mark.read_text().strip()
+    else:
+        run_on = here if ran or not before["commits"] else None
     commits = list(before["commits"])
     if run_on is not None:
         commits = [c for c in commits if c != run_on] + [run_on]
@@ -462,12 +465,8 @@ def main() -> int:
                           "commit": commit(), "drawn": drawn}
                 (ROOT / DRAW).write_text(json.dumps(record))
                 names = retried + drawn
-            if names:
-                (ROOT / RUN_MARK).write_text(commit())
             took = run_mutmut(args.max_children, names) if names else 0.0
         else:
-            (ROOT / RUN_MARK).parent.mkdir(exist_ok=True)
-            (ROOT / RUN_MARK).write_text(commit())
             took = run_mutmut(args.max_children)
     found = mutants()
     if not found:
