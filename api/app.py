@@ -9,6 +9,7 @@ from starlette.types import Lifespan
 
 from api import docs, errors
 from api.auth import Authenticator
+from api.hotpath import HotRoutes
 from api.limits import BodyLimitMiddleware
 from api.metrics import EdgeMetricsMiddleware, GrantsWaitingCollector, Metrics
 from api.ratelimit import RateLimiter
@@ -28,7 +29,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                auth: Authenticator | None = None,
                max_body_bytes: int = MAX_BODY_BYTES,
                rate_limiter: RateLimiter | None = None,
-               reclaim_grace_s: float = 5.0) -> FastAPI:
+               reclaim_grace_s: float = 5.0, hot_routes: bool = True) -> FastAPI:
     """`lifespan` lets the composition root run its background tasks with the server;
     `lease_key` signs lease tokens (a fresh one per app when not given); `metrics` is shared
     with the daemon's tasks (a fresh set per app when not given); `probe_timeout_s` bounds
@@ -52,6 +53,8 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                                              reclaim_grace_s)
     metrics.registry.register(GrantsWaitingCollector(app.state.waiting_grants.waiting_by_pool))
     errors.install(app)
+    if hot_routes:  # innermost of ours: inside the body limit and the edge metrics
+        app.add_middleware(HotRoutes)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
     app.include_router(leases.router)

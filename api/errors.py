@@ -65,13 +65,18 @@ def body(error: str, detail: object) -> dict[str, object]:
     return {"error": error, "detail": detail}
 
 
+def error_response(exc: errors.PooldError) -> JSONResponse:
+    """The answer to a PooldError, wherever it was raised (a route, api.hotpath)."""
+    headers = ({"Retry-After": str(exc.retry_after_s)}
+               if isinstance(exc, errors.RateLimited) else None)
+    return JSONResponse(body(type(exc).__name__, exc.detail), status_code=status_of(exc),
+                        headers=headers)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.PooldError)
     async def poold_error(_request: Request, exc: errors.PooldError) -> JSONResponse:
-        headers = ({"Retry-After": str(exc.retry_after_s)}
-                   if isinstance(exc, errors.RateLimited) else None)
-        return JSONResponse(body(type(exc).__name__, exc.detail), status_code=status_of(exc),
-                            headers=headers)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
