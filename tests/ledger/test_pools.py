@@ -21,6 +21,7 @@ from poold.errors import (
 )
 from poold.ledger import leases, membership, pools, reads, registry
 from poold.ledger.ledger import Ledger
+from poold.ledger.space import Catalog
 from poold.ledger.tx import Tx
 from poold.models import Pool
 from poold.types import MAX_BYTES, MiB
@@ -352,6 +353,56 @@ def test_a_bad_policy_is_refused_saying_which_setting_and_why() -> None:
         with pytest.raises(InvalidRequest) as refused:
             replace(good, **changes).checked()  # type: ignore[arg-type]
         assert str(refused.value) == said
+
+
+def test_a_pool_made_after_the_writers_catalog_was_read_is_found(ledger: Ledger) -> None:
+    """On PostgreSQL another host's new pool can commit after this writer read its catalog for
+    the transaction; a grant naming it reads the catalog again rather than refuse."""
+    kept_pool(ledger)
+
+    def named_with_a_stale_catalog(tx: Tx) -> str:
+        tx.snapshot = Catalog([], [], version=tx.catalog.version)  # read before any pool
+        return leases.pool_named(tx, "kept").name
+    assert ledger.run(named_with_a_stale_catalog) == "kept"
+
+
+def test_a_policy_at_every_bound_is_taken() -> None:
+    """Each bound of a policy is inclusive: the least and the most of every setting pass."""
+    good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    for changes in ({"default_ttl_s": 1}, {"default_ttl_s": 600},
+                    {"claim_slice": MAX_BYTES},
+                    {"max_lease_size": 1}, {"max_lease_size": MAX_BYTES},
+                    {"description": "d" * pools.DESCRIPTION_MAX},
+                    {"name": "k"}, {"name": "k" * pools.NAME_MAX}):
+        policy = replace(good, **changes)  # type: ignore[arg-type]
+        assert policy.checked() == policy, changes
+    most = [f"t{n}" for n in range(pools.ALLOWED_TENANTS_MAX)]
+    assert replace(good, allowed_tenants=most).checked().allowed_tenants == sorted(most)
+
+
+def test_a_policy_just_past_its_bounds_is_refused() -> None:
+    good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    for changes in ({"default_ttl_s": 0}, {"claim_slice": MAX_BYTES + 1},
+                    {"max_lease_size": MAX_BYTES + 1},
+                    {"description": "d" * (pools.DESCRIPTION_MAX + 1)},
+                    {"name": ""}, {"name": "k" * (pools.NAME_MAX + 1)}):
+        with pytest.raises(InvalidRequest):
+            replace(good, **changes).checked()  # type: ignore[arg-type]
+
+
+def test_a_bad_name_is_quoted_by_its_first_64_characters() -> None:
+    good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    long = "a" * 64 + "b" * (pools.NAME_MAX + 1)
+    with pytest.raises(InvalidRequest, match=rf"^pool name '{'a' * 64}': 1 to "):
+        replace(good, name=long).checked()
+
+
+def test_a_policy_admitting_a_bad_tenant_name_is_refused_naming_it() -> None:
+    good = pools.PoolPolicy(name="kept", claim_slice=0, default_ttl_s=60, max_ttl_s=600)
+    with pytest.raises(InvalidRequest) as refused:
+        replace(good, allowed_tenants=["fine", "bad name"]).checked()
+    assert str(refused.value) == (f"tenant name 'bad name': 1 to {pools.NAME_MAX} letters, "
+                                  "digits, '.', '_' or '-', starting with a letter or digit")
 
 
 def test_a_pool_first_named_by_a_hosts_file_is_on_record_as_seeded_from_it(
