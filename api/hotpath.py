@@ -32,10 +32,12 @@ from api.errors import error_response
 from api.routers import leases, sessions
 from api.schemas import KeepaliveRequest, LeaseRequest, SessionKeepalive
 from poold.errors import PooldError
+from poold.types import LEASE_ID_PATTERN
 
 # /v1/leases, /v1/leases/<id>, /v1/leases/<id>/keepalive, /v1/sessions/<id>/keepalive, where an
 # id is what api.routers' `known` accepts (any other id goes to FastAPI, which refuses it).
-_PATH = re.compile(r"/v1/(leases|sessions)(?:/([0-9a-f]{32})(/keepalive)?)?")
+_ID = LEASE_ID_PATTERN.removeprefix("^").removesuffix("$")  # a session id has the same form
+_PATH = re.compile(rf"/v1/(leases|sessions)(?:/({_ID})(/keepalive)?)?")
 
 # The route's own endpoint, called as FastAPI would call it: (request, id, body) -> Response.
 Call = Callable[[Request, Any, Any], Awaitable[Response]]
