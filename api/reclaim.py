@@ -132,7 +132,7 @@ class WaitingGrants:
             delay = min(2 * delay, RETRY_S[1])
 
     async def _submit(self, command: Callable[[Tx], T]) -> T:
-        return await asyncio.wrap_future(self._ledger.submit(command))
+        return await self._ledger.call(command)
 
 
 def _grant_or_ask(tx: Tx, request: leases.GrantRequest,

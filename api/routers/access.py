@@ -30,7 +30,7 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
 async def create_token(body: TokenRequest, request: Request, admin: AdminDep) -> CreatedToken:
     command = partial(tenants.create_token, name=body.name, role=body.role, tenant=body.tenant,
                       actor=admin.actor)
-    view, bearer = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view, bearer = await ledger_of(request).call(command)
     return CreatedToken(**asdict(view), bearer=bearer)
 
 
@@ -42,7 +42,7 @@ def list_tokens(ledger: LedgerDep, _admin: AdminDep) -> list[Token]:
 @router.delete("/tokens/{token_id}")
 async def revoke_token(token_id: TokenId, request: Request, admin: AdminDep) -> Token:
     command = partial(tenants.revoke_token, token_id=token_id, actor=admin.actor)
-    view = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view = await ledger_of(request).call(command)
     auth = getattr(request.app.state, "auth", None)
     if isinstance(auth, TokenAuthenticator):  # answered once every daemon refuses it
         await asyncio.to_thread(auth.revoked, token_id)
@@ -69,4 +69,4 @@ async def set_tenant(name: Annotated[TenantName, Path()], body: TenantQuota, req
     """Create the tenant or replace its quotas (null: unlimited)."""
     command = partial(tenants.set_tenant, name=name, max_bytes=body.max_bytes,
                       max_leases=body.max_leases, actor=admin.actor)
-    return Tenant(**asdict(await asyncio.wrap_future(ledger_of(request).submit(command))))
+    return Tenant(**asdict(await ledger_of(request).call(command)))

@@ -50,7 +50,7 @@ def _json(content: bytes, status_code: int = status.HTTP_200_OK) -> Response:
 
 
 async def _write(request: Request, command: Callable[[Tx], LeaseView]) -> Response:
-    view: LeaseView = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view: LeaseView = await ledger_of(request).call(command)
     return _json(_ONE.dump_json(located(backing_of(request), view)))
 
 
@@ -87,8 +87,8 @@ async def _make(request: Request, backing: LeaseBacking, view: LeaseView) -> Non
         elif view.kind in MADE_IN_A_THREAD:
             await asyncio.to_thread(backing.make, view)
     except PooldError:
-        await asyncio.wrap_future(ledger_of(request).submit(partial(
-            leases.release, lease_id=view.id, actor="daemon")))
+        await ledger_of(request).call(partial(
+            leases.release, lease_id=view.id, actor="daemon"))
         raise
 
 
@@ -133,7 +133,7 @@ async def release_lease(lease_id: LeaseId, request: Request) -> Response:
     """Idempotent: a lease that already ended is returned as it ended."""
     command = partial(_release, lease_id=known(lease_id), actor=actor_of(request),
                       tenant_only=tenant_only_of(request))
-    view, given = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view, given = await ledger_of(request).call(command)
     if given:
         metrics: Metrics = request.app.state.metrics
         metrics.reclaim_given_bytes.inc(view.length)

@@ -40,7 +40,7 @@ async def ledger_problem(ledger: Ledger, timeout_s: float, metrics: Metrics | No
     try:
         async with asyncio.timeout(timeout_s):
             await asyncio.to_thread(ledger.read, lambda s, _now: reads.events(s, limit=1))
-            await asyncio.wrap_future(ledger.submit(_noop))
+            await ledger.call(_noop)
     except TimeoutError:
         problem = f"the ledger did not answer within {timeout_s:g} s"
     except PooldError as exc:

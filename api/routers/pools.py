@@ -150,7 +150,7 @@ async def move_device(name: PoolPath, body: DeviceMove, request: Request,
 
 
 async def _submit(request: Request, command: Any) -> Any:
-    return await asyncio.wrap_future(ledger_of(request).submit(command))
+    return await ledger_of(request).call(command)
 
 
 async def _read(request: Request, principal: Principal, name: str) -> Pool:

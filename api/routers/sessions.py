@@ -56,7 +56,7 @@ def _known(session_id: str) -> str:
 
 async def _write(request: Request, command: Callable[[Tx], SessionView],
                  status_code: int = status.HTTP_200_OK) -> Response:
-    view: SessionView = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view: SessionView = await ledger_of(request).call(command)
     return _json(view, status_code)
 
 
@@ -133,7 +133,7 @@ async def close_session(session_id: SessionId, request: Request) -> Response:
     """Release every lease of the session and end it. Idempotent."""
     command = partial(_close, session_id=_known(session_id), actor=actor_of(request),
                       tenant_only=tenant_only_of(request))
-    view, given = await asyncio.wrap_future(ledger_of(request).submit(command))
+    view, given = await ledger_of(request).call(command)
     if given:
         metrics: Metrics = request.app.state.metrics
         metrics.reclaim_given_bytes.inc(given)

@@ -7,7 +7,7 @@ ledger clock's `now`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from datetime import datetime
 from typing import TypeVar
@@ -53,6 +53,10 @@ class Ledger:
 
     def submit(self, command: Command[T]) -> Future[T]:
         return self.writer.submit(command)
+
+    def call(self, command: Command[T]) -> Awaitable[T]:
+        """Submit from an event loop: await the result there (see LedgerWriter.call)."""
+        return self.writer.call(command)
 
     def run(self, command: Command[T]) -> T:
         return self.writer.run(command)

@@ -1,11 +1,13 @@
 """The group-commit ledger writer: concurrent commands share transactions yet every grant gets its
 own extent and generation; a refused command (PooldError) or a crashing one (a bug) fails alone
 while the rest of its batch commits; after a crash the in-memory space matches the ledger again;
-a caller cancelling its future does not disturb the writer.
+a caller cancelling its future does not disturb the writer; a caller on an event loop hears a
+whole batch in one wake-up of its loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -14,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from itertools import pairwise
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import create_engine, event, text
@@ -404,3 +406,89 @@ def test_the_catalog_outlives_transactions_until_an_admin_changes_pools(
     for _ in range(3):
         ledger.run(grant)
     assert len(reads_) == 1
+
+
+class CountedWakeups:
+    """Counts call_soon_threadsafe on a loop: each one is a wake-up (a self-pipe write) of it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.count = 0
+        self._real = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = self._counted  # type: ignore[method-assign,assignment]
+
+    def _counted(self, *args: Any, **kwargs: Any) -> Any:
+        self.count += 1
+        return self._real(*args, **kwargs)
+
+
+def test_a_loop_hears_a_whole_batch_in_one_wakeup_and_each_caller_its_own_result(
+        ledger: Ledger) -> None:
+    async def main() -> tuple[list[LeaseView | BaseException], int]:
+        wakeups = CountedWakeups(asyncio.get_running_loop())
+        with writer_held(ledger):
+            calls = [ledger.call(grant_command()) for _ in range(6)]
+            calls.insert(3, ledger.call(grant_command(size=0)))  # refused, alone
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        return outcomes, wakeups.count
+
+    outcomes, wakeups = asyncio.run(main())
+    refused = outcomes.pop(3)
+    assert isinstance(refused, errors.InvalidRequest)
+    assert all(isinstance(x, LeaseView) and x.state is LeaseState.ACTIVE for x in outcomes)
+    assert live_lease_ids(ledger) == {x.id for x in outcomes if isinstance(x, LeaseView)}
+    assert wakeups == 1  # seven callers, one batch, one hand-over
+
+
+def test_a_call_cancelled_before_its_turn_is_not_run(ledger: Ledger) -> None:
+    async def main() -> LeaseView:
+        with writer_held(ledger):
+            abandoned = asyncio.ensure_future(ledger.call(grant_command()))
+            kept = ledger.call(grant_command())
+            abandoned.cancel()
+            await asyncio.sleep(0)  # the cancellation lands before the writer takes the batch
+        assert abandoned.cancelled()
+        return await kept
+
+    kept = asyncio.run(main())
+    assert live_lease_ids(ledger) == {kept.id}  # nobody holds a lease for the one that left
+    assert_clean(ledger)
+
+
+def test_a_call_after_stop_fails_at_once_and_one_queued_before_finishes(ledger: Ledger) -> None:
+    async def main() -> tuple[LeaseView, LeaseView | BaseException]:
+        with writer_held(ledger):
+            queued = ledger.call(grant_command())
+            stopper = threading.Thread(target=ledger.writer.stop)
+            stopper.start()
+            until("the writer refuses new work", lambda: not ledger.writer._accepting,
+                  patience(1))
+            late = ledger.call(grant_command())
+            refusal = await asyncio.gather(late, return_exceptions=True)
+        stopper.join(30)
+        return await queued, refusal[0]
+
+    granted, refusal = asyncio.run(main())
+    assert granted.state is LeaseState.ACTIVE
+    assert isinstance(refusal, errors.LedgerUnavailable)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_writer_that_dies_still_answers_the_calls_of_its_last_batch(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results wait in the writer's outbox until the batch ends: a writer dying after a batch
+    committed must still hand them over, not leave their callers waiting forever."""
+    def dying_deliver_once(real: Callable[[], None]) -> Callable[[], None]:
+        state = {"died": False}
+
+        def deliver() -> None:
+            if not state["died"]:
+                state["died"] = True
+                raise SystemExit("the writer thread dies between commit and hand-over")
+            real()
+        return deliver
+
+    async def main() -> LeaseView:
+        monkeypatch.setattr(ledger.writer, "_deliver", dying_deliver_once(ledger.writer._deliver))
+        return await asyncio.wait_for(ledger.call(grant_command()), patience(30))
+
+    assert asyncio.run(main()).state is LeaseState.ACTIVE
