@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 
 from fastapi import FastAPI
-from starlette.types import Lifespan
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.types import ASGIApp, Lifespan
 
 from api import docs, errors
 from api.auth import Authenticator
@@ -23,6 +24,25 @@ from poold.config import MAX_BODY_BYTES
 from poold.ledger.ledger import Ledger
 
 
+class _PooldApp(FastAPI):
+    """FastAPI with api.hotpath's routes answered ahead of its middleware stack: just inside the
+    server-error handler (the outermost layer Starlette builds), so a crash is still answered by
+    it, while the lease hot path skips every other layer."""
+
+    hot_routes: HotRoutes | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        hot = self.hot_routes
+        if hot is None:
+            return stack
+        if isinstance(stack, ServerErrorMiddleware):
+            hot.app, stack.app = stack.app, hot
+            return stack
+        hot.app = stack  # a Starlette that builds its stack otherwise: outermost, still correct
+        return hot
+
+
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                sysfs_root: str = "/sys", lease_key: bytes | None = None,
                metrics: Metrics | None = None, probe_timeout_s: float = 5.0,
@@ -37,7 +57,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     over `max_body_bytes` is refused (413) before it is read; `rate_limiter` limits each
     non-admin principal's requests (None: no limit); `reclaim_grace_s` is how long a holder
     asked to give an elastic lease back has before it is revoked."""
-    app = FastAPI(title="poold", version=__version__, lifespan=lifespan,
+    app = _PooldApp(title="poold", version=__version__, lifespan=lifespan,
                   description="Lease CXL and DAX memory for KV-cache offload.",
                   docs_url=None, redoc_url=None)  # /docs: api.docs, no CDN
     app.state.ledger = ledger
@@ -53,8 +73,8 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
                                              reclaim_grace_s)
     metrics.registry.register(GrantsWaitingCollector(app.state.waiting_grants.waiting_by_pool))
     errors.install(app)
-    if hot_routes:  # innermost of ours: inside the body limit and the edge metrics
-        app.add_middleware(HotRoutes)
+    if hot_routes:  # it does the body limit and the edge metrics itself, for its own routes
+        app.hot_routes = HotRoutes(app, metrics, max_body_bytes)  # its app: set as it is placed
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
     app.include_router(leases.router)

@@ -25,7 +25,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._refuse(send, f"the body of {declared} bytes is over the limit of "
                                      f"{self.max_bytes} bytes")
@@ -68,7 +68,7 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:

@@ -263,16 +263,27 @@ class EdgeMetricsMiddleware:
         try:
             await self.app(scope, receive, watch)
         finally:
-            self._record(operation, seen, time.perf_counter() - started)
+            record_answer(self.metrics, operation, seen.error(), time.perf_counter() - started)
 
-    def _record(self, operation: str | None, seen: _Response, elapsed: float) -> None:
-        error = seen.error()
-        if error == "LedgerUnavailable":
-            self.metrics.ledger_error("api")
-        if operation is not None:
-            m = self.metrics
-            (m.ok[operation] if error is None else m.lease_ops.labels(operation, error)).inc()
-            m.latency[operation].observe(elapsed)
+
+def record_answer(metrics: Metrics, operation: str | None, error: str | None,
+                  elapsed: float) -> None:
+    """What the edge counts of one answer (`error`: None for a success, else the error class
+    it names); api.hotpath records its own answers through this too."""
+    if error == "LedgerUnavailable":
+        metrics.ledger_error("api")
+    if operation is not None:
+        (metrics.ok[operation] if error is None
+         else metrics.lease_ops.labels(operation, error)).inc()
+        metrics.latency[operation].observe(elapsed)
+
+
+def answered_error(status: int, body: bytes) -> str | None:
+    """The outcome an answer names: None for a success, else its body's `error` (or HTTP<status>);
+    status 0, nothing answered (the app raised), is an InternalError."""
+    seen = _Response()
+    seen.status, seen.body = status, body[:MAX_ERROR_BODY]
+    return seen.error()
 
 
 class _Response:

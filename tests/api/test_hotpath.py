@@ -19,6 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from api.app import create_app
 from api.hotpath import HotRoutes
+from api.metrics import Metrics
 from poold.types import MiB
 from tests.api.admin_served import Served
 
@@ -213,3 +214,82 @@ def test_the_hot_routes_skip_fastapi_and_the_rest_reach_it_with_their_body(
     for method, path, body, content_type in handed_on:
         assert _call(app, behind, method, path, body, content_type) == 299
     assert behind.seen == [(method, path, body) for method, path, body, _ in handed_on]
+
+
+def _counts(metrics: Metrics) -> dict[tuple[str, ...], float]:
+    """The edge's lease-operation counts and latency observations, by labels."""
+    found: dict[tuple[str, ...], float] = {}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name in {"poold_lease_operations_total",
+                               "poold_lease_operation_duration_seconds_count",
+                               "poold_ledger_errors_total"} and sample.value:
+                found[(sample.name, *sample.labels.values())] = sample.value
+    return found
+
+
+def test_the_edge_metrics_count_each_hot_answer_once_as_fastapi_s_path_counts_it(
+        served: Served) -> None:
+    own = Metrics()
+    app = create_app(served.daemon.ledger, hot_routes=False, metrics=own)
+    state = dict(served.daemon.app.state._state)
+    state.pop("metrics")
+    app.state._state.update(state)
+    before = _counts(served.daemon.metrics)
+    assert not any(key[0] == "poold_lease_operations_total" for key in before)
+
+    def sequence(client: httpx.Client | TestClient) -> None:
+        lease = client.post("/v1/leases", json={"size": 2 * MiB}).json()["id"]
+        assert client.post(f"/v1/leases/{lease}/keepalive", json={"ttl_s": 9}).status_code == 200
+        assert client.delete(f"/v1/leases/{lease}").status_code == 200
+        assert client.delete(f"/v1/leases/{'0' * 32}").status_code == 404
+        assert client.post("/v1/leases", json={"size": 2 * MiB, "pool": "x"}).status_code == 404
+        assert client.post("/v1/leases", json={"size": -1}).status_code == 422  # handed on
+        session = client.post("/v1/sessions", json={"ttl_s": 30}).json()["id"]
+        assert client.post(f"/v1/sessions/{session}/keepalive").status_code == 200
+
+    sequence(served.admin)
+    with TestClient(app, base_url=served.url, headers=dict(served.admin.headers)) as plain:
+        sequence(plain)
+    hot = _counts(served.daemon.metrics)
+    assert hot == _counts(own)
+    assert hot[("poold_lease_operations_total", "grant", "ok")] == 1
+    assert hot[("poold_lease_operations_total", "grant", "UnknownPool")] == 1
+    assert hot[("poold_lease_operations_total", "grant", "ValidationError")] == 1
+    assert hot[("poold_lease_operations_total", "release", "UnknownLease")] == 1
+    assert hot[("poold_lease_operation_duration_seconds_count", "grant")] == 3
+
+
+def test_a_hot_route_body_over_the_limit_is_refused_as_the_stack_refuses_it(
+        served: Served) -> None:
+    before = served.rows()
+    limit = served.daemon.settings.max_body_bytes
+    big = b'{"size": 2097152, "labels": {"x": "' + b"y" * limit + b'"}}'
+    declared = served.admin.post("/v1/leases", content=big,
+                                 headers={"content-type": "application/json"})
+    streamed = served.admin.post("/v1/leases", content=iter([big[:100], big[100:]]),
+                                 headers={"content-type": "application/json"})
+    for answer in (declared, streamed):
+        assert answer.status_code == 413, answer.text
+        assert answer.json()["error"] == "PayloadTooLarge"
+    assert served.rows() == before
+
+
+def test_a_streamed_body_past_the_limit_is_handed_on_whole() -> None:
+    behind = _Behind()
+    hot = HotRoutes(behind, max_body_bytes=8)
+    scope: Scope = {"type": "http", "method": "POST", "path": "/v1/leases", "root_path": "",
+                    "query_string": b"", "headers": [(b"content-type", b"application/json")]}
+    chunks = [b'{"size": ', b"2097152", b"}"]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(hot(scope, receive, send))
+    assert behind.seen == [("POST", "/v1/leases", b'{"size": 2097152}')]
+    assert sent[0]["status"] == 299
