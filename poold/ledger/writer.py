@@ -60,15 +60,13 @@ TRANSIENT_RETRIES = 3
 @dataclass(slots=True)
 class _Item:
     command: Command[Any]
-    future: Future[Any] | asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop | None = None  # set for an asyncio future: its loop
+    future: Future[Any] | asyncio.Future[Any]  # asyncio's: from `call`, settled on its loop
 
     def abandoned(self) -> bool:
         """The caller gave up before the command's turn: it is not run. (A concurrent future
         that is not cancelled here can no longer be: it is marked running.)"""
-        if self.loop is not None:
+        if isinstance(self.future, asyncio.Future):
             return self.future.cancelled()  # a read of its state: safe from this thread
-        assert isinstance(self.future, Future)
         return not (self.future.running() or self.future.set_running_or_notify_cancel())
 
 
@@ -130,11 +128,7 @@ class LedgerWriter:
 
     def submit(self, command: Command[T]) -> Future[T]:
         future: Future[T] = Future()
-        with self._gate:
-            if self._accepting:
-                self._queue.put(_Item(command, future))
-                return future
-        future.set_exception(LedgerUnavailable("the ledger writer is not running"))
+        self._enqueue(command, future)
         return future
 
     def call(self, command: Command[T]) -> Awaitable[T]:
@@ -142,14 +136,17 @@ class LedgerWriter:
         a batch for all the batch's callers on that loop rather than one a command (what
         asyncio.wrap_future of `submit` would cost). Cancelling it before the command's turn
         keeps the command from running."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._enqueue(command, future)
+        return future
+
+    def _enqueue(self, command: Command[Any], future: Future[Any] | asyncio.Future[Any]) -> None:
+        """Queue the command, or fail its future at once when the writer is not running."""
         with self._gate:
             if self._accepting:
-                self._queue.put(_Item(command, future, loop))
-                return future
+                self._queue.put(_Item(command, future))
+                return
         future.set_exception(LedgerUnavailable("the ledger writer is not running"))
-        return future
 
     def run(self, command: Command[T], timeout: float | None = 60.0) -> T:
         return self.submit(command).result(timeout)
@@ -286,11 +283,10 @@ class LedgerWriter:
         return outcomes
 
     def _settle(self, item: _Item, ok: bool, value: Any) -> None:
-        if item.loop is None:
-            _settle(item.future, ok, value)
+        if isinstance(item.future, asyncio.Future):
+            self._outbox.setdefault(item.future.get_loop(), []).append((item.future, ok, value))
         else:
-            assert isinstance(item.future, asyncio.Future)
-            self._outbox.setdefault(item.loop, []).append((item.future, ok, value))
+            _settle(item.future, ok, value)
 
     def _deliver(self) -> None:
         """Hand the asyncio futures' results to their loops: one wake-up per loop."""
