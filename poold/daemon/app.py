@@ -395,9 +395,14 @@ class Daemon:
 
 def _leases_ended(scrubber: Scrubber, loop: asyncio.AbstractEventLoop, event: asyncio.Event,
                   ended: dict[str, bool]) -> None:
-    """The writer ended these leases (in its thread): the scrubber is told which, and woken."""
+    """The writer ended these leases (in its thread): the scrubber is told which, and woken,
+    unless it is woken already. Under churn it mostly is (passes are SCRUB_GAP_S apart), and a
+    wake costs the loop a self-pipe write and a turn. Skipping it loses nothing: while the event
+    is set the scrubber has yet to clear it, and it takes what it was told only after clearing,
+    so its next pass takes these leases too."""
     scrubber.note_ended(ended)
-    _wake(loop, event)
+    if not event.is_set():
+        _wake(loop, event)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
