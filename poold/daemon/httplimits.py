@@ -22,6 +22,7 @@ from typing import ClassVar
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from poold.config import HEADER_TIMEOUT_S, MAX_HEADER_BYTES
+from poold.daemon.httpwrites import CoalescingTransport
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -36,7 +37,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # A response's head and body leave in one write (poold.daemon.httpwrites).
+        super().connection_made(CoalescingTransport(transport, self.loop))
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
