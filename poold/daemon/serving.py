@@ -21,10 +21,12 @@ def serve(app: FastAPI, s: Settings, notifier: Notifier) -> None:
     """READY=1 goes to systemd once both sockets listen; STOPPING=1 as soon as a signal asks to
     stop."""
     # log_config=None: uvicorn's records go through the handler `poold serve` configured
-    # (text or JSON) instead of uvicorn's own.
+    # (text or JSON) instead of uvicorn's own. proxy_headers=False: nothing in poold reads a
+    # client's address or scheme, and uvicorn's default would let any local process rewrite
+    # both with X-Forwarded-* headers, through one more layer on every request.
     tls = s.tls_certfile is not None
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            log_config=None,
+                            log_config=None, proxy_headers=False,
                             http=limited(LimitedHttpProtocol, s.max_header_bytes,
                                          s.header_timeout_s),
                             limit_concurrency=s.max_connections,
@@ -38,7 +40,7 @@ def serve(app: FastAPI, s: Settings, notifier: Notifier) -> None:
     uds.bind(str(uds_path))
     os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
     local = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                           log_config=None, limit_concurrency=s.max_connections,
+                           log_config=None, proxy_headers=False, limit_concurrency=s.max_connections,
                            http=limited(PeerCredProtocol, s.max_header_bytes,
                                         s.header_timeout_s))
     scheme = "https" if tls else "http"
