@@ -36,11 +36,11 @@ class _PooldApp(FastAPI):
         hot = self.hot_routes
         if hot is None:
             return stack
-        if isinstance(stack, ServerErrorMiddleware):
-            hot.app, stack.app = stack.app, hot
-            return stack
-        hot.app = stack  # a Starlette that builds its stack otherwise: outermost, still correct
-        return hot
+        if not isinstance(stack, ServerErrorMiddleware):  # a Starlette that builds it otherwise
+            raise RuntimeError(f"Starlette's outermost layer is {type(stack).__name__}, not "
+                               "ServerErrorMiddleware: place api.hotpath anew for it")
+        hot.app, stack.app = stack.app, hot
+        return stack
 
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,

@@ -40,7 +40,8 @@ def serve(app: FastAPI, s: Settings, notifier: Notifier) -> None:
     uds.bind(str(uds_path))
     os.chmod(uds_path, 0o666)  # access is decided per request, not by file mode
     local = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                           log_config=None, proxy_headers=False, limit_concurrency=s.max_connections,
+                           log_config=None, proxy_headers=False,
+                           limit_concurrency=s.max_connections,
                            http=limited(PeerCredProtocol, s.max_header_bytes,
                                         s.header_timeout_s))
     scheme = "https" if tls else "http"
