@@ -14,7 +14,8 @@ Also reported: the server process's CPU time per request (user + system, from /p
 depends far less than requests/s on whatever else the machine is doing, and the load average
 before the run. Servers and clients share the machine's CPUs.
 
-    python bench/control_plane.py [--seconds 6] [--clients 1 16] [--out docs/bench-control-plane.md]
+    python bench/control_plane.py [--seconds 6] [--clients 1 16] [--rounds 3]
+                                  [--out docs/bench-control-plane.md]
 """
 
 from __future__ import annotations
@@ -279,6 +280,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=6)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="every server this many times, in turn (medians reported)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-control-plane.md")
     args = parser.parse_args()
 
@@ -289,69 +292,89 @@ def main() -> None:
     if postgres_reachable():
         targets.append(("poold, PostgreSQL", "poold", lambda: poold_server(pg_schema_url())))
     if shutil.which("etcd"):
-        targets.append(("etcd (JSON gateway)", "etcd", etcd_server))
+        targets.append((ETCD, "etcd", etcd_server))
     # Keepalives: every client holds HELD leases of 2 MiB (4 GiB for 16 clients, never touched).
     renewals: list[tuple[str, str, Callable[[], object]]] = [
         (f"poold, SQLite (FULL): session keepalive renewing {HELD} leases", "poold-session",
          lambda: poold_server(None, emulate="4GiB"))]
     if shutil.which("etcd"):
-        renewals.append((f"etcd (JSON gateway): lease keepalive, {HELD} keys attached",
-                         "etcd-lease", etcd_server))
+        renewals.append((ETCD_KEEPALIVE, "etcd-lease", etcd_server))
 
     load = os.getloadavg()
-    rows: dict[str, dict[int, Point]] = {}
-    for name, protocol, server in targets:
-        with server() as (port, pid):  # type: ignore[attr-defined]
-            measure(protocol, port, pid, 1, 1.0)  # warm-up
-            rows[name] = {n: measure(protocol, port, pid, n, args.seconds) for n in args.clients}
-            print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU {c:.2f} ms/req"
-                         for n, (r, p, c) in rows[name].items()})
-
-    kept: dict[str, dict[int, Point]] = {}
-    for name, protocol, server in renewals:  # a fresh server each: the clients hold leases
-        kept[name] = {}
-        for n in args.clients:
+    rows: Rounds = {}
+    kept: Rounds = {}
+    for round_ in range(args.rounds):  # servers in turn, so a slow spell of the machine
+        for name, protocol, server in targets:  # falls on all of them alike
             with server() as (port, pid):  # type: ignore[attr-defined]
-                kept[name][n] = measure(protocol, port, pid, n, args.seconds)
-        print(name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU {c:.2f} ms/req"
-                     for n, (r, p, c) in kept[name].items()})
+                measure(protocol, port, pid, 1, 1.0)  # warm-up
+                got = {n: measure(protocol, port, pid, n, args.seconds) for n in args.clients}
+            rows.setdefault(name, []).append(got)
+            _print(round_, name, got)
+        for name, protocol, server in renewals:  # a fresh server each: the clients hold leases
+            got = {}
+            for n in args.clients:
+                with server() as (port, pid):  # type: ignore[attr-defined]
+                    got[n] = measure(protocol, port, pid, n, args.seconds)
+            kept.setdefault(name, []).append(got)
+            _print(round_, name, got)
 
-    write_table(args.out, rows, args.clients, args.seconds, load, kept)
+    write_table(args.out, rows, args.clients, args.seconds, args.rounds, load, kept)
 
 
-def table(rows: dict[str, dict[int, Point]], clients: list[int], etcd: dict[int, Point] | None
-          ) -> list[str]:
+ETCD = "etcd (JSON gateway)"
+ETCD_KEEPALIVE = f"etcd (JSON gateway): lease keepalive, {HELD} keys attached"
+Rounds = dict[str, list[dict[int, Point]]]  # server -> per round, clients -> point
+
+
+def _print(round_: int, name: str, got: dict[int, Point]) -> None:
+    print(f"round {round_ + 1}:", name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU "
+                                         f"{c:.2f} ms/req" for n, (r, p, c) in got.items()})
+
+
+def _median(points: list[Point]) -> Point:
+    rate, p99, cpu = (statistics.median(values) for values in zip(*points, strict=True))
+    return rate, p99, cpu
+
+
+def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
+    """Medians over the rounds; a ratio to etcd is the median of each round's own ratio (the
+    two measured minutes apart), with the lowest and highest."""
     header = "| server | " + " | ".join(f"{n} client(s): req/s (p99 ms)" for n in clients)
-    header += " | " + " | ".join(f"ratio to etcd at {n}" for n in clients) if etcd else ""
+    if etcd:
+        header += " | " + " | ".join(f"ratio to etcd at {n} (range)" for n in clients)
     header += " | " + " | ".join(f"server CPU ms/req at {n}" for n in clients) + " |"
     lines = [header, "|" + "---|" * (1 + len(clients) * (3 if etcd else 2))]
-    for name, by_clients in rows.items():
-        cells = [f"{by_clients[n][0]:.0f} ({by_clients[n][1]:.1f})" for n in clients]
+    for name, rounds in rows.items():
+        median = {n: _median([got[n] for got in rounds]) for n in clients}
+        cells = [f"{median[n][0]:.0f} ({median[n][1]:.1f})" for n in clients]
         if etcd:
-            cells += [f"{by_clients[n][0] / etcd[n][0]:.2f}" for n in clients]
-        cells += [f"{by_clients[n][2]:.2f}" for n in clients]
+            for n in clients:
+                ratios = [got[n][0] / theirs[n][0] for got, theirs in zip(rounds, rows[etcd],
+                                                                            strict=True)]
+                cells.append(f"{statistics.median(ratios):.2f} "
+                             f"({min(ratios):.2f}-{max(ratios):.2f})")
+        cells += [f"{median[n][2]:.2f}" for n in clients]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
-def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int],
-                seconds: float, load: tuple[float, float, float],
-                kept: dict[str, dict[int, Point]]) -> None:
-    etcd = rows.get("etcd (JSON gateway)")
-    etcd_kept = next((v for k, v in kept.items() if k.startswith("etcd")), None)
+def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rounds: int,
+                load: tuple[float, float, float], kept: Rounds) -> None:
     lines = [
         "# Control plane: lease grant + release, requests/s", "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
         f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, load average "
         f"{load[0]:.2f} before the run), {seconds:.0f} s per point, one keep-alive connection "
-        "per client process (`python bench/control_plane.py`). Server CPU is the server "
-        "process's user + system time per request over the same window (for poold on "
-        "PostgreSQL, without the database server's own CPU). poold runs as shipped but for "
+        f"per client process (`python bench/control_plane.py --rounds {rounds}`). Each server "
+        f"ran {rounds} times, the servers in turn; the figures are medians of the rounds "
+        "(single runs of one server on this machine differ by up to a third). Server CPU is "
+        "the server process's user + system time per request over the same window (for poold "
+        "on PostgreSQL, without the database server's own CPU). poold runs as shipped but for "
         "scrubbing: every request carries its admin bearer token; the pool does not scrub on "
         "release, so this is the control plane alone, except in the row that says so (each "
         "release then also zeroes its 2 MiB before reuse; a grant refused because the zeroing "
         "fell behind would stop the run).", "",
-        *table(rows, clients, etcd),
+        *table(rows, clients, ETCD if ETCD in rows else None),
     ]
     if kept:
         lines += [
@@ -361,7 +384,7 @@ def write_table(out: Path, rows: dict[str, dict[int, Point]], clients: list[int]
             "in a loop: a poold session keepalive (one ledger statement renews every lease in "
             "the session, one event) beside etcd's lease keepalive. A fresh server for each "
             "client count.", "",
-            *table(kept, clients, etcd_kept),
+            *table(kept, clients, ETCD_KEEPALIVE if ETCD_KEEPALIVE in kept else None),
         ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
