@@ -21,7 +21,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,6 +30,7 @@ from poold.ledger import reads
 from poold.ledger.ledger import Ledger
 from poold.ledger.reclaims import RECLAIMER
 from poold.ledger.views import DeviceView, EventView, PoolView
+from poold.ledger.writer import WriterStats
 from poold.types import DeviceState, EventKind
 
 OPERATIONS = ("grant", "keepalive", "release", "revoke")
@@ -58,6 +59,7 @@ class Metrics:
         if ledger is not None:
             # First, so a failed read it counts shows in the same scrape's ledger errors.
             r.register(CapacityCollector(ledger, self))
+            r.register(WriterCollector(ledger.writer.stats))
         self.lease_ops = Counter(
             "poold_lease_operations", "Lease operations answered by the API, by outcome: ok or "
             "the error class", ["operation", "outcome"], registry=r)
@@ -185,6 +187,29 @@ class GrantsWaitingCollector(Collector):
         for pool, count in sorted(self._waiting_by_pool().items()):
             family.add_metric([pool], count)
         yield family
+
+
+class WriterCollector(Collector):
+    """The ledger writer's group commit, read from its counters when scraped: commands per
+    batch is how many requests one commit acknowledges; seconds per batch, how long the single
+    writer is busy with one."""
+
+    def __init__(self, stats: WriterStats) -> None:
+        self._stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []  # dynamic, as the capacity collector
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats
+        for name, doc, value in (
+                ("poold_ledger_batches", "Transactions the ledger writer ran (group commits)",
+                 stats.batches),
+                ("poold_ledger_batch_commands", "Commands the ledger writer ran in them",
+                 stats.commands),
+                ("poold_ledger_batch_seconds", "Time the ledger writer spent running them, "
+                 "from the first statement to the commit", stats.busy_s)):
+            yield CounterMetricFamily(name, doc, value=value)
 
 
 def _pool_families(pools: list[PoolView]) -> Iterator[Metric]:

@@ -179,9 +179,37 @@ def client(protocol: str, port: int, seconds: float, ready: Any, out: mp.Queue) 
 
 
 Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per request
+Batches = tuple[float, float]  # poold's writer: commands per batch, ms per batch
 
 
-def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) -> Point:
+def writer_counters(port: int) -> tuple[float, ...]:
+    """poold's writer so far, from its /metrics: batches, commands, seconds in batches."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    found = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+             if line.startswith("poold_ledger_batch")}
+    return (found["poold_ledger_batches_total"], found["poold_ledger_batch_commands_total"],
+            found["poold_ledger_batch_seconds_total"])
+
+
+def measure_poold(protocol: str, port: int, pid: int, clients: int, seconds: float
+                  ) -> tuple[Point, Batches]:
+    """`measure`, and what poold's writer did meanwhile (its group commit)."""
+    counted: list[tuple[float, ...]] = []
+    point = measure(protocol, port, pid, clients, seconds, lambda: writer_counters(port),
+                    counted)
+    before, after = counted
+    batches, commands, busy = (b - a for a, b in zip(before, after, strict=True))
+    return point, (commands / batches, busy / batches * 1000)
+
+
+def measure(protocol: str, port: int, pid: int, clients: int, seconds: float,
+            counters: Callable[[], tuple[float, ...]] | None = None,
+            counted: list[tuple[float, ...]] | None = None) -> Point:
+    """One point; with `counters`, also appends their values at the window's start and end to
+    `counted` (read beside the server's CPU time, after the clients' setup)."""
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
     ready = mp.Barrier(clients + 1)  # the clients, set up, and this process
     procs = [mp.Process(target=client, args=(protocol, port, seconds, ready, out))
@@ -190,8 +218,12 @@ def measure(protocol: str, port: int, pid: int, clients: int, seconds: float) ->
         p.start()
     ready.wait(timeout=120)
     cpu = cpu_seconds(pid)
+    if counters is not None and counted is not None:
+        counted.append(counters())
     time.sleep(seconds)
     cpu = cpu_seconds(pid) - cpu
+    if counters is not None and counted is not None:
+        counted.append(counters())
     latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
     for p in procs:
         p.join()
@@ -303,22 +335,35 @@ def main() -> None:
     load = os.getloadavg()
     rows: Rounds = {}
     kept: Rounds = {}
+    commits: dict[str, list[dict[int, Batches]]] = {}  # poold server -> per round, clients
     for round_ in range(args.rounds):  # servers in turn, so a slow spell of the machine
         for name, protocol, server in targets:  # falls on all of them alike
             with server() as (port, pid):  # type: ignore[attr-defined]
                 measure(protocol, port, pid, 1, 1.0)  # warm-up
-                got = {n: measure(protocol, port, pid, n, args.seconds) for n in args.clients}
+                if protocol == "etcd":
+                    got = {n: measure(protocol, port, pid, n, args.seconds)
+                           for n in args.clients}
+                else:
+                    both = {n: measure_poold(protocol, port, pid, n, args.seconds)
+                            for n in args.clients}
+                    got = {n: point for n, (point, _) in both.items()}
+                    commits.setdefault(name, []).append({n: b for n, (_, b) in both.items()})
             rows.setdefault(name, []).append(got)
             _print(round_, name, got)
         for name, protocol, server in renewals:  # a fresh server each: the clients hold leases
-            got = {}
+            got, batched = {}, {}
             for n in args.clients:
                 with server() as (port, pid):  # type: ignore[attr-defined]
-                    got[n] = measure(protocol, port, pid, n, args.seconds)
+                    if protocol == "etcd-lease":
+                        got[n] = measure(protocol, port, pid, n, args.seconds)
+                    else:
+                        got[n], batched[n] = measure_poold(protocol, port, pid, n, args.seconds)
             kept.setdefault(name, []).append(got)
+            if batched:
+                commits.setdefault(name, []).append(batched)
             _print(round_, name, got)
 
-    write_table(args.out, rows, args.clients, args.seconds, args.rounds, load, kept)
+    write_table(args.out, rows, args.clients, args.seconds, args.rounds, load, kept, commits)
 
 
 ETCD = "etcd (JSON gateway)"
@@ -358,8 +403,24 @@ def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
     return lines
 
 
+def commit_table(commits: dict[str, list[dict[int, Batches]]], clients: list[int]) -> list[str]:
+    """Medians over the rounds of poold's group commit, read from its writer's counters."""
+    lines = ["| server | " + " | ".join(f"{n} client(s): commands per batch, ms per batch"
+                                        for n in clients) + " |",
+             "|" + "---|" * (1 + len(clients))]
+    for name, rounds in commits.items():
+        cells = []
+        for n in clients:
+            size, busy = (statistics.median(v) for v in zip(*(got[n] for got in rounds),
+                                                            strict=True))
+            cells.append(f"{size:.1f}, {busy:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rounds: int,
-                load: tuple[float, float, float], kept: Rounds) -> None:
+                load: tuple[float, float, float], kept: Rounds,
+                commits: dict[str, list[dict[int, Batches]]]) -> None:
     lines = [
         "# Control plane: lease grant + release, requests/s", "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
@@ -375,6 +436,12 @@ def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rou
         "release then also zeroes its 2 MiB before reuse; a grant refused because the zeroing "
         "fell behind would stop the run).", "",
         *table(rows, clients, ETCD if ETCD in rows else None),
+        "", "## poold's group commit", "",
+        "From the writer's counters in `/metrics` (`poold_ledger_batches_total`, "
+        "`poold_ledger_batch_commands_total`, `poold_ledger_batch_seconds_total`) over each "
+        "point's window: how many requests one transaction (one fsync) acknowledged, and how "
+        "long the single writer was busy with it.", "",
+        *commit_table(commits, clients),
     ]
     if kept:
         lines += [

@@ -143,3 +143,15 @@ def test_metrics_answer_when_the_ledger_cannot_be_read(client: TestClient, ledge
 ])
 def test_lease_operation_names(method: str, path: str, operation: str | None) -> None:
     assert lease_operation(method, path) == operation
+
+
+def test_the_writers_group_commit_is_counted(client: TestClient, ledger: Ledger) -> None:
+    before = samples(client)
+    assert client.post("/v1/leases", json={"size": MiB}).status_code == 201
+    found = samples(client)
+    stats = ledger.writer.stats
+    assert value(found, "poold_ledger_batches_total") == stats.batches
+    assert value(found, "poold_ledger_batch_commands_total") == stats.commands
+    assert value(found, "poold_ledger_batch_seconds_total") == stats.busy_s > 0
+    assert value(found, "poold_ledger_batch_commands_total") > value(
+        before, "poold_ledger_batch_commands_total")  # the grant was one

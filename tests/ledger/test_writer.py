@@ -492,3 +492,22 @@ def test_a_writer_that_dies_still_answers_the_calls_of_its_last_batch(
         return await asyncio.wait_for(ledger.call(grant_command()), patience(30))
 
     assert asyncio.run(main()).state is LeaseState.ACTIVE
+
+
+def test_the_writers_counters_say_how_many_commands_each_batch_ran(ledger: Ledger) -> None:
+    stats = ledger.writer.stats
+    with writer_held(ledger):
+        before = (stats.batches, stats.commands, stats.busy_s)
+        held_for = time.monotonic()
+        futures = [ledger.submit(grant_command()) for _ in range(5)]
+        futures.append(ledger.submit(grant_command(size=0)))  # refused: still a command run
+        time.sleep(0.05)  # the holding batch is busy all along: its time counts
+        held_for = time.monotonic() - held_for
+    for future in futures[:5]:
+        future.result(30)
+    with pytest.raises(errors.InvalidRequest):
+        futures[5].result(30)
+    # The holding batch ended as the block did; the six queued meanwhile ran as one.
+    until("the queued batch was counted", lambda: stats.batches == before[0] + 2, patience(1))
+    assert stats.commands == before[1] + 1 + 6
+    assert stats.busy_s - before[2] >= held_for
