@@ -194,22 +194,23 @@ def writer_counters(port: int) -> tuple[float, ...]:
             found["poold_ledger_batch_seconds_total"])
 
 
-def measure_poold(protocol: str, port: int, pid: int, clients: int, seconds: float
-                  ) -> tuple[Point, Batches]:
-    """`measure`, and what poold's writer did meanwhile (its group commit)."""
+def measure_server(protocol: str, port: int, pid: int, clients: int, seconds: float
+                   ) -> tuple[Point, Batches | None]:
+    """`measure`, and for poold what its writer did over the same window (its group commit)."""
+    if not protocol.startswith("poold"):
+        return measure(protocol, port, pid, clients, seconds), None
     counted: list[tuple[float, ...]] = []
-    point = measure(protocol, port, pid, clients, seconds, lambda: writer_counters(port),
-                    counted)
+    point = measure(protocol, port, pid, clients, seconds,
+                    lambda: counted.append(writer_counters(port)))
     before, after = counted
     batches, commands, busy = (b - a for a, b in zip(before, after, strict=True))
     return point, (commands / batches, busy / batches * 1000)
 
 
 def measure(protocol: str, port: int, pid: int, clients: int, seconds: float,
-            counters: Callable[[], tuple[float, ...]] | None = None,
-            counted: list[tuple[float, ...]] | None = None) -> Point:
-    """One point; with `counters`, also appends their values at the window's start and end to
-    `counted` (read beside the server's CPU time, after the clients' setup)."""
+            probe: Callable[[], None] | None = None) -> Point:
+    """One point; `probe`, when given, is called at the window's start and end (beside the
+    reads of the server's CPU time, after the clients' setup)."""
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
     ready = mp.Barrier(clients + 1)  # the clients, set up, and this process
     procs = [mp.Process(target=client, args=(protocol, port, seconds, ready, out))
@@ -218,12 +219,12 @@ def measure(protocol: str, port: int, pid: int, clients: int, seconds: float,
         p.start()
     ready.wait(timeout=120)
     cpu = cpu_seconds(pid)
-    if counters is not None and counted is not None:
-        counted.append(counters())
+    if probe is not None:
+        probe()
     time.sleep(seconds)
     cpu = cpu_seconds(pid) - cpu
-    if counters is not None and counted is not None:
-        counted.append(counters())
+    if probe is not None:
+        probe()
     latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
     for p in procs:
         p.join()
@@ -335,33 +336,20 @@ def main() -> None:
     load = os.getloadavg()
     rows: Rounds = {}
     kept: Rounds = {}
-    commits: dict[str, list[dict[int, Batches]]] = {}  # poold server -> per round, clients
+    commits: Commits = {}
     for round_ in range(args.rounds):  # servers in turn, so a slow spell of the machine
         for name, protocol, server in targets:  # falls on all of them alike
             with server() as (port, pid):  # type: ignore[attr-defined]
                 measure(protocol, port, pid, 1, 1.0)  # warm-up
-                if protocol == "etcd":
-                    got = {n: measure(protocol, port, pid, n, args.seconds)
-                           for n in args.clients}
-                else:
-                    both = {n: measure_poold(protocol, port, pid, n, args.seconds)
-                            for n in args.clients}
-                    got = {n: point for n, (point, _) in both.items()}
-                    commits.setdefault(name, []).append({n: b for n, (_, b) in both.items()})
-            rows.setdefault(name, []).append(got)
-            _print(round_, name, got)
+                both = {n: measure_server(protocol, port, pid, n, args.seconds)
+                        for n in args.clients}
+            _keep(round_, name, both, rows, commits)
         for name, protocol, server in renewals:  # a fresh server each: the clients hold leases
-            got, batched = {}, {}
+            both = {}
             for n in args.clients:
                 with server() as (port, pid):  # type: ignore[attr-defined]
-                    if protocol == "etcd-lease":
-                        got[n] = measure(protocol, port, pid, n, args.seconds)
-                    else:
-                        got[n], batched[n] = measure_poold(protocol, port, pid, n, args.seconds)
-            kept.setdefault(name, []).append(got)
-            if batched:
-                commits.setdefault(name, []).append(batched)
-            _print(round_, name, got)
+                    both[n] = measure_server(protocol, port, pid, n, args.seconds)
+            _keep(round_, name, both, kept, commits)
 
     write_table(args.out, rows, args.clients, args.seconds, args.rounds, load, kept, commits)
 
@@ -369,6 +357,20 @@ def main() -> None:
 ETCD = "etcd (JSON gateway)"
 ETCD_KEEPALIVE = f"etcd (JSON gateway): lease keepalive, {HELD} keys attached"
 Rounds = dict[str, list[dict[int, Point]]]  # server -> per round, clients -> point
+
+
+Commits = dict[str, list[dict[int, Batches]]]  # poold server -> per round, clients -> batches
+
+
+def _keep(round_: int, name: str, both: dict[int, tuple[Point, Batches | None]],
+          rows: Rounds, commits: Commits) -> None:
+    """One round of one server: its points into `rows`, poold's group commit into `commits`."""
+    got = {n: point for n, (point, _) in both.items()}
+    rows.setdefault(name, []).append(got)
+    batched = {n: batches for n, (_, batches) in both.items() if batches is not None}
+    if batched:
+        commits.setdefault(name, []).append(batched)
+    _print(round_, name, got)
 
 
 def _print(round_: int, name: str, got: dict[int, Point]) -> None:
@@ -403,7 +405,7 @@ def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
     return lines
 
 
-def commit_table(commits: dict[str, list[dict[int, Batches]]], clients: list[int]) -> list[str]:
+def commit_table(commits: Commits, clients: list[int]) -> list[str]:
     """Medians over the rounds of poold's group commit, read from its writer's counters."""
     lines = ["| server | " + " | ".join(f"{n} client(s): commands per batch, ms per batch"
                                         for n in clients) + " |",
@@ -419,8 +421,7 @@ def commit_table(commits: dict[str, list[dict[int, Batches]]], clients: list[int
 
 
 def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rounds: int,
-                load: tuple[float, float, float], kept: Rounds,
-                commits: dict[str, list[dict[int, Batches]]]) -> None:
+                load: tuple[float, float, float], kept: Rounds, commits: Commits) -> None:
     lines = [
         "# Control plane: lease grant + release, requests/s", "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
