@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from poold.types import MiB
 from tests.daemon_fixtures import free_port
-from tests.timing import PROBE_S, START_S
+from tests.timing import PROBE_S, START_S, patience, until
 
 SHARED_UID = "test:shared-emu"
 
@@ -106,6 +107,22 @@ def _wait_healthy(host: Host) -> None:
         time.sleep(0.05)
     host.kill()
     pytest.fail(f"{host.host_id} not healthy after {START_S}s:\n{host.stderr()}")
+
+
+def wait_until_granting(host: Host) -> None:
+    """Until `host` grants a small lease; failing, say what it answered last and what it
+    logged (a full pool, a fenced host and a broken ledger connection each need another fix)."""
+    answers: list[httpx.Response] = []
+
+    def granted() -> bool:
+        answers[:] = [host.grant(2 * MiB)]
+        return answers[0].status_code == 201
+    try:
+        until(f"{host.host_id} grants again", granted, patience(), 0.2)
+    except AssertionError as missing:
+        last = answers[0]
+        raise AssertionError(f"{missing}: last answer {last.status_code} {last.text[:300]}\n"
+                             f"{host.stderr()}") from None
 
 
 def pattern(lease_id: str, length: int) -> bytes:
