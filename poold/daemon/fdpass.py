@@ -31,6 +31,7 @@ from poold import errors
 from poold.daemon.backing import LeaseBacking
 from poold.ledger import reads
 from poold.ledger.ledger import Ledger
+from poold.osthread import name_this_thread
 from poold.security import token_matches
 from poold.types import DeviceKind, LeaseState, is_lease_id
 
@@ -84,6 +85,7 @@ class FdServer:
         self.path.unlink(missing_ok=True)
 
     def _serve(self) -> None:
+        name_this_thread()
         while self._sock is not None:
             self._slots.acquire()
             try:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from drivers.udev import UdevMonitor
+from poold.osthread import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class HotplugWatcher:
             self._thread.join(10)
 
     def _run(self) -> None:
+        name_this_thread()
         pending_since: float | None = None  # last event of the burst
         burst_start: float | None = None
         while not self._stop.is_set():

@@ -32,6 +32,7 @@ from poold.errors import InvalidRequest, UnknownTenant, UnknownToken
 from poold.ledger import queries as q
 from poold.ledger.tx import Tx
 from poold.models import Tenant, Token
+from poold.osthread import name_this_thread
 from poold.security import new_token, secret_digest
 from poold.types import EventKind, Role
 
@@ -306,6 +307,7 @@ class RevocationFeed:
             self._unheard.append(payload)
 
     def _run(self) -> None:
+        name_this_thread()
         retry = RETRY_S[0]
         while not self._stop.is_set():
             conn = self._conn

@@ -44,6 +44,7 @@ from poold.ledger.clock import LedgerClock
 from poold.ledger.liveness import Liveness
 from poold.ledger.space import Catalog, HostSpace
 from poold.ledger.tx import Tx
+from poold.osthread import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class LedgerWriter:
         return self.submit(command).result(timeout)
 
     def _loop(self) -> None:
+        name_this_thread()
         try:
             self._serve()
         except BaseException:
