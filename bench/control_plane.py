@@ -179,7 +179,9 @@ def client(protocol: str, port: int, seconds: float, ready: Any, out: mp.Queue) 
 
 
 Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per request
-Batches = tuple[float, float]  # poold's writer: commands per batch, ms per batch
+# poold's writer: commands per batch, ms per batch, and shares of wall time busy, on a CPU and
+# waiting for a CPU (its thread's)
+Batches = tuple[float, float, float, float, float]
 
 
 def writer_counters(port: int) -> tuple[float, ...]:
@@ -196,15 +198,32 @@ def writer_counters(port: int) -> tuple[float, ...]:
 
 def measure_server(protocol: str, port: int, pid: int, clients: int, seconds: float
                    ) -> tuple[Point, Batches | None]:
-    """`measure`, and for poold what its writer did over the same window (its group commit)."""
+    """`measure`, and for poold what its writer did over the same window: its group commit,
+    and where its thread's time went."""
     if not protocol.startswith("poold"):
         return measure(protocol, port, pid, clients, seconds), None
     counted: list[tuple[float, ...]] = []
     point = measure(protocol, port, pid, clients, seconds,
-                    lambda: counted.append(writer_counters(port)))
+                    lambda: counted.append(writer_counters(port) + writer_thread_times(pid)))
     before, after = counted
-    batches, commands, busy = (b - a for a, b in zip(before, after, strict=True))
-    return point, (commands / batches, busy / batches * 1000)
+    batches, commands, busy, on_cpu, cpu_wait = (b - a for a, b in zip(before, after,
+                                                                       strict=True))
+    return point, (commands / batches, busy / batches * 1000, busy / seconds, on_cpu / seconds,
+                   cpu_wait / seconds)
+
+
+def writer_thread_times(pid: int) -> tuple[float, float]:
+    """Seconds poold's ledger writer thread (its kernel name, poold.osthread) has spent on a
+    CPU and runnable waiting for one (/proc schedstat). What it was busy beyond both, it spent
+    blocked: its fsync, or waiting to take the GIL back after a sqlite3 call released it."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "ledger-writer":
+                running, waiting, _ = (task / "schedstat").read_text().split()
+                return int(running) / 1e9, int(waiting) / 1e9
+        except OSError:
+            continue
+    raise RuntimeError("no ledger-writer thread in the server")
 
 
 def measure(protocol: str, port: int, pid: int, clients: int, seconds: float,
@@ -406,16 +425,19 @@ def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
 
 
 def commit_table(commits: Commits, clients: list[int]) -> list[str]:
-    """Medians over the rounds of poold's group commit, read from its writer's counters."""
-    lines = ["| server | " + " | ".join(f"{n} client(s): commands per batch, ms per batch"
+    """Medians over the rounds of poold's group commit, read from its writer's counters, and of
+    where the writer thread's time went."""
+    lines = ["| server | " + " | ".join(f"{n} client(s): commands per batch, ms per batch; "
+                                        f"writer busy / on a CPU / waiting for a CPU"
                                         for n in clients) + " |",
              "|" + "---|" * (1 + len(clients))]
     for name, rounds in commits.items():
         cells = []
         for n in clients:
-            size, busy = (statistics.median(v) for v in zip(*(got[n] for got in rounds),
-                                                            strict=True))
-            cells.append(f"{size:.1f}, {busy:.2f}")
+            size, per_batch, busy, on_cpu, cpu_wait = (
+                statistics.median(v) for v in zip(*(got[n] for got in rounds), strict=True))
+            cells.append(f"{size:.1f}, {per_batch:.2f}; {busy:.2f} / {on_cpu:.2f} / "
+                         f"{cpu_wait:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -441,7 +463,11 @@ def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rou
         "From the writer's counters in `/metrics` (`poold_ledger_batches_total`, "
         "`poold_ledger_batch_commands_total`, `poold_ledger_batch_seconds_total`) over each "
         "point's window: how many requests one transaction (one fsync) acknowledged, and how "
-        "long the single writer was busy with it.", "",
+        "long the single writer was busy with it. Then the writer's share of the window's wall "
+        "time busy with batches, and its thread's on a CPU and runnable but waiting for one "
+        "(`/proc/<pid>/task/*/schedstat` of the thread the kernel knows as `ledger-writer`): "
+        "busy beyond both, it was blocked, on its fsync or taking the GIL back after each "
+        "sqlite3 call, which releases it.", "",
         *commit_table(commits, clients),
     ]
     if kept:
