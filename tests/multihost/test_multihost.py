@@ -170,10 +170,14 @@ class Churn:
         answer a fault lost may hold the rest until their TTL: a check that hosts grant again
         needs the room back, or it measures the pool's fill instead of the recovery."""
         for lease_id, (host, _) in list(self.held.items()):
-            response = host.call("DELETE", f"/v1/leases/{lease_id}")
-            assert response.status_code == 200, response.text
-            self.held.pop(lease_id)
-            self.released[lease_id] = host
+            self._release_now(host, lease_id)
+
+    def _release_now(self, host: Host, lease_id: str) -> None:
+        """Release a held lease after the churn, which must be acknowledged."""
+        response = host.call("DELETE", f"/v1/leases/{lease_id}")
+        assert response.status_code == 200, response.text
+        self.held.pop(lease_id)
+        self.released[lease_id] = host
 
     def check_ledger(self) -> None:
         """Every acknowledged grant still held is active with its extent and bytes; every
@@ -182,10 +186,7 @@ class Churn:
         for lease_id, host in self.in_doubt.items():
             now = host.call("GET", f"/v1/leases/{lease_id}").json()
             assert now["state"] in {"active", "released", "scrubbing"}, now
-            retried = host.call("DELETE", f"/v1/leases/{lease_id}")
-            assert retried.status_code == 200, retried.text
-            self.held.pop(lease_id)
-            self.released[lease_id] = host
+            self._release_now(host, lease_id)  # retried
         for host, lease in self.held.values():
             now = host.call("GET", f"/v1/leases/{lease['id']}").json()
             assert now["state"] == "active", now
