@@ -123,9 +123,13 @@ class Lease(Base):
         Index("uq_leases_host_tenant_idempotency_key", "host_id", text("coalesce(tenant, '')"),
               "idempotency_key", unique=True),
         Index("ix_leases_host_id_ended_at", "host_id", "ended_at"),
-        Index("ix_leases_tenant_state", "tenant", "state"),
-        Index("ix_leases_session_id", "session_id"),
-        Index("ix_leases_pool_id_elastic_state", "pool_id", "elastic", "state"),
+        # Each ends in expires_at so that SQLite, planning without statistics, searches the
+        # valid leases of a tenant, session or pool by it rather than by the index above
+        # (migration 0012).
+        Index("ix_leases_tenant_state_expires_at", "tenant", "state", "expires_at"),
+        Index("ix_leases_session_id_state_expires_at", "session_id", "state", "expires_at"),
+        Index("ix_leases_pool_id_elastic_state_expires_at", "pool_id", "elastic", "state",
+              "expires_at"),
         Index("ix_leases_host_id_state", "host_id", "state"),
         Index("ix_leases_claim_id_state", "claim_id", "state"),
     )

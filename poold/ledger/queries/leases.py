@@ -11,7 +11,17 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, CursorResult, String, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    String,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import (
@@ -110,9 +120,14 @@ def lose_lease(session: Session, lease_id: str, now: datetime) -> int:
 
 
 _LEASE_BY_ID = HotStatement(SELECT_LEASE.where(LEASES.c.id == bindparam("lease_id")))
+# The '' is written into the SQL, not bound: SQLite uses the unique index on (host_id,
+# coalesce(tenant, ''), idempotency_key) only for that exact expression (a bound '' is another
+# expression to it), and otherwise reads every lease the host ever held.
+_NO_TENANT = literal_column("''", type_=String)
 _LEASE_BY_KEY = HotStatement(SELECT_LEASE.where(
     LEASES.c.host_id == bindparam("host_id"), LEASES.c.idempotency_key == bindparam("key"),
-    func.coalesce(LEASES.c.tenant, "") == func.coalesce(bindparam("tenant", type_=String), "")))
+    func.coalesce(LEASES.c.tenant, _NO_TENANT)
+    == func.coalesce(bindparam("tenant", type_=String), _NO_TENANT)))
 _EXPIRED_LEASES = (
     SELECT_LEASE
     .where(LEASES.c.host_id == bindparam("host_id"), LEASES.c.state == ACTIVE,
