@@ -1,4 +1,4 @@
-"""Ledger scale: the hot path's cost on a small ledger and on one with a big history (PostgreSQL).
+"""Ledger scale: the hot path's cost on a small ledger and on one with a big history.
 
 One host is measured: a real `Ledger` (the writer, its statements, the ledger clock), sharing
 devices with others as in multi-host mode (lost-host checks on). It runs rounds of the hot
@@ -8,14 +8,20 @@ claims). Once on a ledger holding only its own rows; then the same after `grow` 
 inserts, `hosts` other hosts' worth of history: each its device, claim, session, live leases,
 ended leases with their events, all heartbeating.
 
-Reported, per operation and ledger: p50/p99 wall time, and the rows PostgreSQL read to answer
-its statements: each statement the writer runs is first run under EXPLAIN ANALYZE in a
-savepoint that is rolled back, and the rows its scans returned or filtered out are summed. Rows
-read do not depend on what else the machine is doing; they are what tests/ledger/
-test_ledger_scale.py holds to (they must not grow with the ledger), while the times are for
-this report.
+Reported, per operation and ledger: p50/p99 wall time, and what the database did to answer its
+statements: each statement the writer runs is first run alone in a savepoint that is rolled
+back, on PostgreSQL under EXPLAIN ANALYZE (the rows its scans returned or filtered out are
+summed), on SQLite with a progress handler called at every instruction of SQLite's virtual
+machine (a row read is a few instructions; SQLite reports no rows). Neither depends on what else
+the machine is doing; they are what tests/ledger/test_ledger_scale.py holds to (they must not
+grow with the ledger), while the times are for this report.
 
-    python bench/ledger_scale.py [--hosts 1000 --ended 100000 --live 10000 --rounds 200]
+SQLite is measured as poold runs it: without ANALYZE, so with the plans SQLite makes from the
+schema alone (poold never runs ANALYZE; PostgreSQL's autovacuum does, so the grown PostgreSQL
+ledger is analyzed).
+
+    python bench/ledger_scale.py [--database postgresql|sqlite]
+                                 [--hosts 1000 --ended 100000 --live 10000 --rounds 200]
                                  [--out docs/bench-ledger-scale.md]
 """
 
@@ -27,6 +33,7 @@ import platform
 import re
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -46,7 +53,7 @@ from sqlalchemy.engine import Engine
 from poold import db
 from poold.daemon import reaper
 from poold.inventory import DeviceSpec
-from poold.ledger import leases, pools, registry, sessions
+from poold.ledger import leases, pools, registry, sessions, tenants
 from poold.ledger.leases import GrantRequest
 from poold.ledger.ledger import Ledger
 from poold.ledger.liveness import Liveness
@@ -100,6 +107,8 @@ def measured_ledger(url: str) -> Ledger:
                                                   default_ttl_s=60, max_ttl_s=3600,
                                                   scrub_on_release=False))
         registry.reconcile_devices(tx, [spec], pool)
+        # A quota, so that each grant reads the tenant's usage, as under default quotas.
+        tenants.set_tenant(tx, TENANT, max_bytes=1 << 50, max_leases=None, actor="bench")
 
     ledger.run(bootstrap)
     return ledger
@@ -117,7 +126,8 @@ def one_round(ledger: Ledger, timed: Callable[[str], Any]) -> None:
             size=LEASE, actor="bench", tenant=TENANT, session_id=session_id, elastic=True)))
     with timed("grant"):
         plain = ledger.run(partial(leases.grant, request=GrantRequest(
-            size=LEASE, actor="bench", tenant=TENANT, ttl_s=60)))
+            size=LEASE, actor="bench", tenant=TENANT, ttl_s=60,
+            idempotency_key=uuid.uuid4().hex)))
     with timed("keepalive"):
         ledger.run(partial(leases.keepalive, lease_id=plain.id, ttl_s=60, actor="bench"))
     with timed("session keepalive"):
@@ -155,9 +165,26 @@ def _shape(statement: str) -> str:
     return re.sub(r"\s+", " ", statement).strip()[:160]
 
 
+def sqlite_steps(raw: Any, statement: str, parameters: Any) -> int:
+    """Instructions SQLite's virtual machine ran for the statement (and its fetch)."""
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0  # go on
+    raw.set_progress_handler(step, 1)
+    try:
+        raw.execute(statement, parameters).fetchall()
+    finally:
+        raw.set_progress_handler(None, 1)
+    return steps
+
+
 @dataclass
 class ReadCounter:
-    """Rows read per operation (and per statement, to tell which one grew), while `on`."""
+    """Per operation (and per statement, to tell which one grew), while `on`: rows read on
+    PostgreSQL, virtual-machine instructions on SQLite."""
 
     operation: str | None = None
     by_operation: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -177,13 +204,16 @@ class ReadCounter:
         raw = cursor.connection  # the same transaction, so it sees what the command sees
         raw.execute("SAVEPOINT bench_explain")
         try:
-            plan = raw.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
-                               parameters).fetchone()[0][0]["Plan"]
+            if conn.dialect.name == "sqlite":
+                read, pages = sqlite_steps(raw, statement, parameters), 0
+            else:
+                plan = raw.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
+                                   parameters).fetchone()[0][0]["Plan"]
+                read, pages = rows_read(plan), pages_touched(plan)
         finally:
             raw.execute("ROLLBACK TO SAVEPOINT bench_explain")
             raw.execute("RELEASE SAVEPOINT bench_explain")
-        read = rows_read(plan)
-        self.pages[self.operation] = self.pages.get(self.operation, 0) + pages_touched(plan)
+        self.pages[self.operation] = self.pages.get(self.operation, 0) + pages
         self._current += read
         key = (self.operation, _shape(statement))
         self.by_statement[key] = max(self.by_statement.get(key, 0), read)
@@ -229,11 +259,14 @@ def time_rounds(ledger: Ledger, rounds: int) -> dict[str, list[float]]:
 def grow(url: str, scale: Scale, batch: int = 5000) -> None:
     """Write `scale`'s other hosts, all heartbeating now: each its device in the default pool,
     one claim over it, a live session, its share of the live leases (in the session, renewed
-    far ahead) and of the ended ones (released, each with its grant and release events), then
-    ANALYZE, as autovacuum would have by the time a ledger got this big."""
+    far ahead) and of the ended ones (released, each with its grant and release events), then on
+    PostgreSQL ANALYZE, as autovacuum would have by the time a ledger got this big (on SQLite
+    nothing does: poold never runs it)."""
     engine = create_engine(url)
+    sqlite = engine.dialect.name == "sqlite"
     with engine.begin() as conn:
-        now = conn.execute(text("SELECT now()")).scalar_one()
+        # The ledger's clock: the database server's on PostgreSQL, the host's on SQLite.
+        now = datetime.now(UTC) if sqlite else conn.execute(text("SELECT now()")).scalar_one()
         pool_id = conn.execute(text("SELECT id FROM pools WHERE name = 'default'")).scalar_one()
         conn.execute(insert(Tenant), [
             {"name": f"tenant-{t}", "created_at": now, "max_bytes": None, "max_leases": None}
@@ -292,9 +325,10 @@ def grow(url: str, scale: Scale, batch: int = 5000) -> None:
                                "lease_id": lease_id, "details": {}})
             flush()
         flush(force=True)
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
+    if not sqlite:
+        with engine.connect() as conn:
+            conn.execute(text("ANALYZE"))
+            conn.commit()
     engine.dispose()
 
 
@@ -317,6 +351,13 @@ def fresh_schema(base_url: str = PG_URL) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
         admin.dispose()
+
+
+@contextmanager
+def sqlite_file() -> Iterator[str]:
+    """A URL of a new SQLite ledger file, deleted afterwards."""
+    with tempfile.TemporaryDirectory() as state:
+        yield f"sqlite:///{state}/ledger.sqlite3"
 
 
 # --- the run and its report --------------------------------------------------------------
@@ -351,26 +392,33 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(scale: Scale, rounds: int, small: Side, large: Side) -> str:
+def report(database: str, scale: Scale, rounds: int, small: Side, large: Side) -> str:
+    sqlite = database == "sqlite"
+    read = "VM instructions" if sqlite else "rows read"
+    what = ("instructions SQLite's virtual machine ran for the operation's statements (each "
+            "run alone with a progress handler at every instruction, rolled back; the ledger "
+            "not analyzed, as poold runs it)" if sqlite else
+            "what PostgreSQL's scans returned or filtered out for the operation's statements "
+            "(EXPLAIN ANALYZE of each, rolled back)")
     lines = [
-        "# Ledger scale (PostgreSQL)",
+        f"# Ledger scale ({'SQLite' if sqlite else 'PostgreSQL'})",
         "",
-        f"Generated by `python bench/ledger_scale.py` on {datetime.now(UTC):%Y-%m-%d} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f} before the run).",
+        f"Generated by `python bench/ledger_scale.py --database {database}` on "
+        f"{datetime.now(UTC):%Y-%m-%d} ({platform.machine()}, {os.cpu_count()} CPUs, load "
+        f"average {os.getloadavg()[0]:.2f} before the run).",
         "",
         "One host, a real `Ledger` in multi-host mode, runs the hot path "
         f"{rounds} times on a ledger holding only its own rows (small), then again after "
         f"{scale.hosts} other hosts' history was written ({scale.live} live leases, "
         f"{scale.ended} ended ones with {2 * scale.ended + scale.live} events, a session and "
         f"a device per host, {scale.tenants} tenants; generated in {large.grow_s:.1f} s). "
-        "Rows read: what PostgreSQL's scans returned or filtered out for the operation's "
-        "statements (EXPLAIN ANALYZE of each, rolled back), the most over "
+        f"{read[0].upper()}{read[1:]}: {what}, the most over "
         f"{len(next(iter(small.reads.by_operation.values())))} rounds.",
         "",
         "| operation | p50 small (ms) | p50 large (ms) | p99 small (ms) | p99 large (ms) | "
-        "p99 large/small | rows read small | rows read large | pages small | pages large |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"p99 large/small | {read} small | {read} large"
+        + ("" if sqlite else " | pages small | pages large") + " |",
+        "|---|---|---|---|---|---|---|---|" + ("" if sqlite else "---|---|"),
     ]
     for op in OPERATIONS:
         s, lg = small.times[op], large.times[op]
@@ -378,17 +426,18 @@ def report(scale: Scale, rounds: int, small: Side, large: Side) -> str:
             f"| {op} | {1000 * statistics.median(s):.2f} | {1000 * statistics.median(lg):.2f} "
             f"| {1000 * _p(s, 0.99):.2f} | {1000 * _p(lg, 0.99):.2f} "
             f"| {_p(lg, 0.99) / _p(s, 0.99):.2f}x | {max(small.reads.by_operation[op])} "
-            f"| {max(large.reads.by_operation[op])} | {small.reads.pages[op]} "
-            f"| {large.reads.pages[op]} |")
+            f"| {max(large.reads.by_operation[op])} |"
+            + ("" if sqlite else f" {small.reads.pages[op]} | {large.reads.pages[op]} |"))
     grown = sorted(((lg - small.reads.by_statement.get(key, 0), key, lg)
                     for key, lg in large.reads.by_statement.items()), reverse=True)[:5]
-    lines += ["", "The statements whose rows read grew most from small to large:", ""]
+    lines += ["", f"The statements whose {read} grew most from small to large:", ""]
     lines += [f"- {op}: +{d} (to {lg}): `{stmt}`" for d, (op, stmt), lg in grown]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="postgresql")
     parser.add_argument("--hosts", type=int, default=FULL.hosts)
     parser.add_argument("--ended", type=int, default=FULL.ended)
     parser.add_argument("--live", type=int, default=FULL.live)
@@ -396,9 +445,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     scale = Scale(hosts=args.hosts, ended=args.ended, live=args.live)
-    with fresh_schema() as url:
+    with fresh_schema() if args.database == "postgresql" else sqlite_file() as url:
         small, large = measure(url, scale, args.rounds)
-    text_ = report(scale, args.rounds, small, large)
+    text_ = report(args.database, scale, args.rounds, small, large)
     print(text_)
     if args.out:
         args.out.write_text(text_)
