@@ -13,6 +13,10 @@ from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, St
 from sqlalchemy.orm import Mapped, mapped_column
 
 from poold.models.base import Base, UTCDateTime
+from poold.types import HOLDING_STATES
+
+# The states whose extents the overlap guards keep apart, as SQL.
+_HOLDING_LEASE = text("state IN ({})".format(", ".join(f"'{s}'" for s in HOLDING_STATES)))
 
 
 class Host(Base):
@@ -132,6 +136,10 @@ class Lease(Base):
               "expires_at"),
         Index("ix_leases_host_id_state", "host_id", "state"),
         Index("ix_leases_claim_id_state", "claim_id", "state"),
+        # The holding leases of a device by offset: SQLite's overlap guard reads one neighbour
+        # through it (migration 0013).
+        Index("ix_leases_holding_device_id_offset_length", "device_id", "offset", "length",
+              sqlite_where=_HOLDING_LEASE, postgresql_where=_HOLDING_LEASE),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
