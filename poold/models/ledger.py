@@ -13,10 +13,6 @@ from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, St
 from sqlalchemy.orm import Mapped, mapped_column
 
 from poold.models.base import Base, UTCDateTime
-from poold.types import HOLDING_STATES
-
-# The states whose extents the overlap guards keep apart, as SQL.
-_HOLDING_LEASE = text("state IN ({})".format(", ".join(f"'{s}'" for s in HOLDING_STATES)))
 
 
 class Host(Base):
@@ -117,29 +113,32 @@ class ClientSession(Base):
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
 
 
+_HAS_TENANT = text("tenant IS NOT NULL")
+_IN_SESSION = text("session_id IS NOT NULL")
+
+
 class Lease(Base):
     __tablename__ = "leases"
     __table_args__ = (
         Index("ix_leases_state_expires_at", "state", "expires_at"),
-        Index("ix_leases_device_id_state", "device_id", "state"),
+        # SQLite's overlap guard finds a new lease's neighbour by offset through it (0013).
+        Index("ix_leases_device_id_state_offset_length", "device_id", "state", "offset",
+              "length"),
         # An idempotency key is its tenant's (admins' leases share the '' scope): another
         # tenant can neither squat it nor learn that it exists.
         Index("uq_leases_host_tenant_idempotency_key", "host_id", text("coalesce(tenant, '')"),
               "idempotency_key", unique=True),
         Index("ix_leases_host_id_ended_at", "host_id", "ended_at"),
         # Each ends in expires_at so that SQLite, planning without statistics, searches the
-        # valid leases of a tenant, session or pool by it rather than by the index above
-        # (migration 0012).
-        Index("ix_leases_tenant_state_expires_at", "tenant", "state", "expires_at"),
-        Index("ix_leases_session_id_state_expires_at", "session_id", "state", "expires_at"),
-        Index("ix_leases_pool_id_elastic_state_expires_at", "pool_id", "elastic", "state",
-              "expires_at"),
+        # valid leases of a tenant or a session by it rather than by (state, expires_at); each
+        # holds only the leases that have the key (migration 0012).
+        Index("ix_leases_tenant_state_expires_at", "tenant", "state", "expires_at",
+              sqlite_where=_HAS_TENANT, postgresql_where=_HAS_TENANT),
+        Index("ix_leases_session_id_state_expires_at", "session_id", "state", "expires_at",
+              sqlite_where=_IN_SESSION, postgresql_where=_IN_SESSION),
+        Index("ix_leases_pool_id_elastic_state", "pool_id", "elastic", "state"),
         Index("ix_leases_host_id_state", "host_id", "state"),
         Index("ix_leases_claim_id_state", "claim_id", "state"),
-        # The holding leases of a device by offset: SQLite's overlap guard reads one neighbour
-        # through it (migration 0013).
-        Index("ix_leases_holding_device_id_offset_length", "device_id", "offset", "length",
-              sqlite_where=_HOLDING_LEASE, postgresql_where=_HOLDING_LEASE),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -72,8 +72,6 @@ def plans(conn: Connection, run: Callable[[Connection], Any]) -> list[str]:
      lambda c: q.tenants.tenant_usage(c, "acme", NOW), "ix_leases_tenant_state_expires_at"),
     ("a tenant's usage in a pool", lambda c: q.tenants.pool_usage(c, "acme", 1, NOW),
      "ix_leases_tenant_state_expires_at"),
-    ("a pool's elastic leases to ask back", lambda c: q.reclaims.askable(c, 1, NOW),
-     "ix_leases_pool_id_elastic_state_expires_at"),
     ("a lease by its idempotency key, an admin's",
      lambda c: q.leases.lease_record_by_key(c, "host-a", None, "key-1"),
      "uq_leases_host_tenant_idempotency_key"),
