@@ -23,6 +23,8 @@ from poold.daemon import Daemon
 from poold.daemon.fdstore import KEEPER_SOCKET
 from tests.timing import PROBE_S, START_S, until
 
+STOP_S = 5  # a running request's time to finish once the daemon is asked to stop
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -53,8 +55,13 @@ def serving_daemon(state_dir: Path, port: int | None = None,
         "runtime_dir": state_dir,
     }
     daemon = Daemon(Settings(**{**defaults, **settings}))
+    # A request still running when the block ends (a long poll, a stream a test left open) is
+    # cancelled after STOP_S rather than awaited: uvicorn would otherwise wait for it forever,
+    # and with it the daemon's lifespan, whose reaper and scrubber would go on for the rest of
+    # the session against a state directory that is gone.
     server = uvicorn.Server(uvicorn.Config(daemon.app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+                                           log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=STOP_S))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -70,7 +77,9 @@ def serving_daemon(state_dir: Path, port: int | None = None,
         yield daemon, url
     finally:
         server.should_exit = True
-        thread.join(20)
+        thread.join(2 * STOP_S + 10)
+        if thread.is_alive():  # a leak would show as another test's failure: say it here
+            raise RuntimeError(f"the daemon on port {port} did not stop")
 
 
 @contextmanager
