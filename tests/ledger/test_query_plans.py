@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, event, insert
 
+from bench.ledger_scale import sqlite_steps
 from poold import db
 from poold.ledger import queries as q
 from poold.ledger.queries._tables import HOSTS, SESSIONS
@@ -107,15 +108,7 @@ def instructions_of_one_more_lease(tmp_path: Path, live: int) -> int:
         "generation, ttl_s, granted_at, expires_at, state, labels, scrubbed_bytes, elastic) "
         "VALUES (?, 1, 1, 1, 'h', ?, 1, 1, 60, '2026-12-07', '2026-12-08', 'active', '{}', 0, 0)")
     raw.executemany(insert_lease, [(f"l{n}", n) for n in range(live)])
-    steps = 0
-
-    def step() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-    raw.set_progress_handler(step, 1)
-    raw.execute(insert_lease, ("new", live))
-    raw.set_progress_handler(None, 1)
+    steps = sqlite_steps(raw, insert_lease, ("new", live))
     raw.rollback()
     raw.close()
     return steps
