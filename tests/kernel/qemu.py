@@ -19,11 +19,13 @@ How a guest works (see shared/reference/kernel-cxl-qemu.md for why each step is 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -409,7 +411,9 @@ def _boot_and_run(spec: Scenario, guest_script: str, timeout_s: float, work: Pat
     cmd = ["timeout", "-k", "10", str(int(timeout_s)), *_qemu_args(spec, kernel, work, console)]
     start = time.monotonic()
     with (work / "qemu.log").open("w+") as qemu_log:
-        proc = subprocess.Popen(cmd, stdout=qemu_log, stderr=subprocess.STDOUT, text=True)
+        # Its own process group, so that a stalled boot's `timeout` and QEMU go together.
+        proc = subprocess.Popen(cmd, stdout=qemu_log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         stalled = _watch_boot(proc, console, timeout_s + 60)
         qemu_log.seek(0)
         qemu_err = qemu_log.read()
@@ -440,8 +444,7 @@ def _watch_boot(proc: subprocess.Popen[str], console: Path, limit_s: float) -> b
     size, changed = -1, time.monotonic()
     while proc.poll() is None:
         if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
+            _kill_group(proc)
             raise GuestError(f"QEMU did not end within {limit_s:.0f}s; console log {console}")
         now = time.monotonic()
         try:
@@ -452,11 +455,17 @@ def _watch_boot(proc: subprocess.Popen[str], console: Path, limit_s: float) -> b
             size, changed = grown, now
         elif now - changed > BOOT_STALL_S and _INIT_STARTED not in console.read_text(
                 errors="replace"):
-            proc.kill()  # `timeout`, which takes QEMU with it (-k)
-            proc.wait()
+            _kill_group(proc)
             return True
         time.sleep(1)
     return False
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """End `timeout` and QEMU under it: a SIGKILL to `timeout` alone would leave QEMU running."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _qemu_args(spec: Scenario, kernel: Kernel, work: Path, console: Path) -> list[str]:

@@ -18,7 +18,8 @@ def short_stall(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fake_qemu(console: Path, script: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(["sh", "-c", script, "sh", str(console)], text=True)
+    return subprocess.Popen(["sh", "-c", script, "sh", str(console)], text=True,
+                            start_new_session=True)  # as run_guest starts QEMU
 
 
 def test_a_kernel_silent_before_init_is_stopped(tmp_path: Path) -> None:
