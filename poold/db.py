@@ -1,8 +1,9 @@
 """Engines, connection settings and schema upgrades for both dialects.
 
-Owns how poold talks to SQLite and PostgreSQL: PRAGMAs, the writer's BEGIN IMMEDIATE, pool sizes,
-running SQL on the driver's own cursor (`cursor_execute`), and running Alembic. Leaves every
-query to `poold.ledger.queries`.
+Owns how poold talks to SQLite and PostgreSQL: PRAGMAs, when the writer's transactions begin
+(SQLite's BEGIN IMMEDIATE, PostgreSQL's BEGIN sent with the first statement), pool sizes,
+running SQL on the driver's own cursor (`cursor_execute`, `first_statement`), and running
+Alembic. Leaves every query to `poold.ledger.queries`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def make_engine(url: str, *, writer: bool, synchronous: str = "FULL") -> Engine:
     if not is_sqlite(url):
         # Fail fast when the server is unreachable (a partition, a restart) instead of hanging
         # a request or the writer: 5 s to connect, and TCP keepalive finds a dead peer in ~10 s.
-        return create_engine(url, pool_pre_ping=True, pool_size=5 if writer else 10,
-                             connect_args=_PG_CONNECT_ARGS)
+        engine = create_engine(url, pool_pre_ping=True, pool_size=5 if writer else 10,
+                               connect_args=_PG_CONNECT_ARGS)
+        if writer:
+            _defer_postgres_begin(engine)
+        return engine
     path = make_url(url).database
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +72,57 @@ def _configure_sqlite(engine: Engine, *, writer: bool, synchronous: str) -> None
         cursor_execute(connection, "BEGIN IMMEDIATE" if writer else "BEGIN").close()
 
 
+# Connection.info key: this connection's transaction has begun for SQLAlchemy, but its BEGIN has
+# not been sent yet (PostgreSQL writer engines, see _defer_postgres_begin).
+_BEGIN_PENDING = "poold.begin_pending"
+
+
+def _defer_postgres_begin(engine: Engine) -> None:
+    """The writer's transactions send their BEGIN with their first statement, one round trip
+    instead of two: each batch the writer runs opens with a read (`first_statement`), and a
+    round trip to the server is most of what a short statement costs (a grant's transaction was
+    eight of them).
+
+    psycopg would send BEGIN alone, and wait for its answer, before the first statement of a
+    transaction; so the driver runs in autocommit mode, and poold sends BEGIN itself:
+    `first_statement` sends it in front of the statement, and any other statement (Core, the
+    ORM, the driver's cursor through `cursor_execute`) that comes first has a BEGIN of its own
+    sent just before it. So nothing a transaction runs runs outside it. psycopg's commit and
+    rollback end whatever transaction the server has open, however it began."""
+
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.autocommit = True
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection: Connection) -> None:
+        connection.info[_BEGIN_PENDING] = True
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def begin_first(connection: Connection, cursor: Any, *_: Any) -> None:
+        if connection.info.pop(_BEGIN_PENDING, False):
+            cursor.execute("BEGIN")
+
+    @event.listens_for(engine, "commit")
+    @event.listens_for(engine, "rollback")
+    def on_end(connection: Connection) -> None:
+        if not connection.invalidated:  # (an invalidated one's info went with its connection)
+            connection.info.pop(_BEGIN_PENDING, None)
+
+
+def first_statement(conn: Connection, sql: str) -> Any:
+    """Run `sql` (no parameters: its values are literals) as the first statement of the
+    transaction, and hand back its cursor positioned on its rows. Where the engine defers BEGIN
+    (a PostgreSQL writer), the two go to the server as one query: one round trip."""
+    if conn.info.pop(_BEGIN_PENDING, False):
+        # Several statements in one query: psycopg sends it with the simple query protocol,
+        # which it uses for a query given no parameters at all (None, not an empty tuple).
+        cursor = cursor_execute(conn, f"BEGIN; {sql}", None)
+        cursor.nextset()  # past BEGIN's empty result, to the statement's rows
+        return cursor
+    return cursor_execute(conn, sql, None)
+
+
 def cursor_execute(conn: Connection, sql: str, parameters: Any = (), *,
                    many: bool = False) -> Any:
     """Run SQL on the driver's cursor of `conn` (in its transaction) and hand the cursor back
@@ -90,6 +145,8 @@ def cursor_execute(conn: Connection, sql: str, parameters: Any = (), *,
                 sql, parameters = fn(conn, cursor, sql, parameters, None, many)
         if many:
             cursor.executemany(sql, parameters)
+        elif parameters is None:
+            cursor.execute(sql)
         else:
             cursor.execute(sql, parameters)
         if observed:

@@ -16,14 +16,15 @@ from typing import Protocol
 from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
-from poold.ledger.queries.hot import HotStatement
-
 # What the clock reads the database through: a read's session, or the writer's connection.
 Db = Session | Connection
 
 
 class LedgerClock(Protocol):
-    def now(self, db: Db) -> datetime: ...
+    def now(self, db: Db, server_now: datetime | None = None) -> datetime:
+        """`server_now`: the database server's clock, already read in this transaction (the
+        writer reads it with its first statement); a clock that reads the server takes it
+        instead of asking again."""
 
 
 def host_now() -> datetime:
@@ -37,20 +38,17 @@ class DatabaseClock:
     def __init__(self, host_clock: Callable[[], datetime] = host_now) -> None:
         self._host_clock = host_clock
 
-    def now(self, db: Db) -> datetime:
+    def now(self, db: Db, server_now: datetime | None = None) -> datetime:
         bind = db.get_bind() if isinstance(db, Session) else db
         if bind.dialect.name == "postgresql":
-            if isinstance(db, Connection):  # the writer's, once a transaction: its hot path
-                value = _CLOCK_TIMESTAMP.rows(db, {})[0][0]
-            else:
-                value = db.execute(_CLOCK_SELECT).scalar_one()
+            value = server_now if server_now is not None else db.execute(
+                _CLOCK_SELECT).scalar_one()
             assert isinstance(value, datetime)
             return value.astimezone(UTC)
         return self._host_clock()
 
 
 _CLOCK_SELECT = select(func.clock_timestamp())
-_CLOCK_TIMESTAMP = HotStatement(_CLOCK_SELECT)
 
 
 class ManualClock:
@@ -60,7 +58,7 @@ class ManualClock:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
         self._lock = threading.Lock()
 
-    def now(self, db: Db | None = None) -> datetime:
+    def now(self, db: Db | None = None, server_now: datetime | None = None) -> datetime:
         with self._lock:
             return self._now
 

@@ -144,7 +144,7 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
     lease = LeaseRecord(
         id=uuid.uuid4().hex, pool_id=pool.id, device_id=device.id, claim_id=claim_id,
         host_id=tx.host_id, tenant=request.tenant, offset=extent.offset, length=extent.length,
-        generation=q.counters.next_generations(tx.conn, 1), ttl_s=ttl_s, granted_at=tx.now,
+        generation=0, ttl_s=ttl_s, granted_at=tx.now,  # the insert draws the fencing token
         expires_at=expires_at or tx.now + timedelta(seconds=ttl_s), ended_at=None,
         state=LeaseState.ACTIVE.value, labels=dict(request.labels),
         idempotency_key=request.idempotency_key, request_digest=digest,
@@ -155,7 +155,7 @@ def grant(tx: Tx, request: GrantRequest) -> LeaseView:
         # (A plain lease's coldness is its last renewal, which its keepalive moves on.)
         used_at=tx.now if request.elastic and request.session_id is not None else None,
     )
-    q.leases.insert_lease(tx.conn, lease)
+    lease = q.leases.insert_granted_lease(tx.conn, lease)
     tx.event(EventKind.LEASE_GRANTED, request.actor, host_id=tx.host_id, device_id=device.id,
              lease_id=lease.id, offset=extent.offset, length=extent.length,
              generation=lease.generation, ttl_s=ttl_s, requested=request.size,

@@ -266,13 +266,14 @@ class LedgerWriter:
         outcomes: list[tuple[bool, Any]] = []
         conn = self._connection()
         with conn.begin():
-            now = self._clock.now(conn)
+            # One round trip on PostgreSQL, with the transaction's BEGIN (poold.db).
+            version, server_now = q.pools.batch_start(conn)
+            now = self._clock.now(conn, server_now)
+            if self._catalog is not None and version != self._catalog.version:
+                self._catalog = None  # an admin changed pools (through any daemon)
             if self._space is None:
                 with Session(bind=conn) as session:  # joins the transaction, never ends it
                     self._space = self._rebuild_space(session)
-            if (self._catalog is not None
-                    and q.pools.catalog_version(conn) != self._catalog.version):
-                self._catalog = None  # an admin changed pools (through any daemon)
             tx = Tx(conn, now, self._space, self._host_id, self._default_pool, None,
                     self._catalog, held=self.held_devices,
                     tenant_defaults=self._tenant_defaults)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from poold.ledger.queries._tables import COUNTERS
@@ -42,27 +42,23 @@ def set_value(session: Session, name: str, new: int) -> None:
     session.execute(update(Counter).where(Counter.name == name).values(value=new))
 
 
+# PostgreSQL's fencing tokens (migration 0004)
+GENERATION_SEQUENCE = "lease_generation"
+
 # --- the writer's hot path: Core, built once at import (building costs more than running) ----
 
-_NEXT_GENERATIONS = HotStatement(
+_NEXT_GENERATION = HotStatement(
     update(COUNTERS)
     .where(COUNTERS.c.name == "generation")
-    .values(value=COUNTERS.c.value + bindparam("count"))
+    .values(value=COUNTERS.c.value + 1)
     .returning(COUNTERS.c.value)
 )
-_NEXTVAL = HotStatement(select(func.nextval("lease_generation")))
 
 
-def next_generations(conn: Connection, count: int) -> int:
-    """Reserve `count` fencing tokens; returns the last one. Tokens only ever grow.
-
-    PostgreSQL: from the `lease_generation` sequence (migration 0004), which takes no row lock,
-    so hosts sharing the ledger neither queue nor deadlock on it; SQLite: the counters row.
-    """
-    if conn.dialect.name == "postgresql":
-        last = 0
-        for _ in range(count):
-            ((last,),) = _NEXTVAL.rows(conn, {})
-        return int(last)
-    ((last,),) = _NEXT_GENERATIONS.rows(conn, {"count": count})
+def next_generation(conn: Connection) -> int:
+    """Reserve the next fencing token of a SQLite ledger (its counters row). Tokens only ever
+    grow. PostgreSQL draws its tokens from the `lease_generation` sequence (migration 0004),
+    which takes no row lock, so hosts sharing the ledger neither queue nor deadlock on it: in
+    the lease's own insert (queries.leases.insert_granted_lease), not here."""
+    ((last,),) = _NEXT_GENERATION.rows(conn, {})
     return int(last)

@@ -8,6 +8,7 @@ lies in to `claims`, a tenant's totals to `tenants`.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from poold.ledger.queries._tables import (
     SELECT_LEASE,
     SHARED_DEVICE_IDS,
 )
+from poold.ledger.queries.counters import GENERATION_SEQUENCE, next_generation
 from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import LEASE_COLUMNS, LeaseRecord
 from poold.models import Lease
@@ -136,6 +138,10 @@ _EXPIRED_LEASES = (
     .limit(bindparam("limit"))
 )
 _INSERT_LEASE = HotStatement(insert(LEASES))
+_INSERT_LEASE_DRAWING_GENERATION = HotStatement(
+    insert(LEASES).values(generation=func.nextval(GENERATION_SEQUENCE))
+    .returning(LEASES.c.generation)
+)
 _RENEW_LEASE = HotStatement(
     update(LEASES)
     .where(LEASES.c.id == bindparam("lease_id"), LEASES.c.state == ACTIVE,
@@ -213,8 +219,17 @@ def expired_leases(conn: Connection, host_id: str, now: datetime, limit: int
     return [LeaseRecord(*row) for row in rows]
 
 
-def insert_lease(conn: Connection, lease: LeaseRecord) -> None:
-    _INSERT_LEASE.rowcount(conn, lease.values())
+def insert_granted_lease(conn: Connection, lease: LeaseRecord) -> LeaseRecord:
+    """Insert a lease just granted, its generation the next fencing token (whatever
+    `lease.generation` says); the lease as stored."""
+    values = lease.values()
+    if conn.dialect.name == "postgresql":  # drawn from the sequence in the insert: one round trip
+        del values["generation"]
+        ((generation,),) = _INSERT_LEASE_DRAWING_GENERATION.rows(conn, values)
+    else:
+        values["generation"] = generation = next_generation(conn)
+        _INSERT_LEASE.rowcount(conn, values)
+    return replace(lease, generation=int(generation))
 
 
 def renew_lease(conn: Connection, lease_id: str, now: datetime, expires_at: datetime,

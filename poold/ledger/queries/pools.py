@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
+from poold.db import first_statement
 from poold.ledger.queries._tables import COUNTERS, DEVICES, POOL_QUOTAS, POOLS, SELECT_DEVICES
 from poold.ledger.queries.hot import HotStatement
 from poold.ledger.views import DeviceRecord, PoolRecord, Quota
@@ -71,6 +73,24 @@ def catalog_version(conn: Connection) -> int:
     The one read every batch of the writer makes (on the driver's cursor)."""
     ((version,),) = _CATALOG_VERSION.rows(conn, {})
     return int(version)
+
+
+# The first read of each writer batch on PostgreSQL: the catalog's version and the server's clock,
+# in the round trip that also begins the transaction (poold.db.first_statement).
+_BATCH_START = "SELECT value, clock_timestamp() FROM counters WHERE name = 'catalog'"
+
+
+def batch_start(conn: Connection) -> tuple[int, datetime | None]:
+    """The catalog's version and, on PostgreSQL, the server's clock (None on SQLite, whose
+    ledger clock is the host's): read first in each of the writer's transactions."""
+    if conn.dialect.name != "postgresql":
+        return catalog_version(conn), None
+    cursor = first_statement(conn, _BATCH_START)
+    try:
+        ((version, server_now),) = cursor.fetchall()
+    finally:
+        cursor.close()
+    return int(version), server_now
 
 
 def catalog_changed(conn: Connection) -> None:
