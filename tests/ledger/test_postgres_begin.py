@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from poold import db
 from poold.ledger import leases
+from poold.ledger.clock import DatabaseClock
 from poold.ledger.leases import GrantRequest
 from poold.ledger.queries._tables import EVENTS
 from poold.ledger.queries.hot import HotStatement
@@ -26,6 +27,13 @@ from tests.conftest import LedgerFactory
 AT = datetime(2026, 12, 7, 16, 0, tzinfo=UTC)
 ROW = {"at": AT, "kind": "lease.granted", "actor": "test", "host_id": None,
        "device_id": None, "lease_id": None, "details": {}}
+
+
+@pytest.fixture
+def clock() -> DatabaseClock:
+    """The daemon's own clock (make_ledger's default is a manual one): on PostgreSQL it reads
+    the server's, which is one of the round trips counted."""
+    return DatabaseClock()
 
 
 @pytest.fixture
