@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, make_url, text
 
 from poold import db
 from poold.inventory import DeviceSpec
@@ -92,6 +93,18 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@contextmanager
+def migrated_writer_engine(url: str) -> Iterator[Engine]:
+    """The ledger at `url` upgraded to the newest schema, and a writer engine on it, made as the
+    daemon's writer makes its own (disposed of at the end)."""
+    db.upgrade(url)
+    engine = db.make_engine(url, writer=True)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from poold import db
 from poold.models import Claim, Device, Host, Lease, Pool
 from poold.types import HOLDING_STATES, MiB
+from tests.conftest import migrated_writer_engine
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEV_A, DEV_B = 1, 2
@@ -29,24 +29,23 @@ first_claim = select(func.min(Claim.id)).scalar_subquery()
 
 @pytest.fixture
 def engine(ledger_url: str) -> Iterator[Engine]:
-    db.upgrade(ledger_url)
-    engine = db.make_engine(ledger_url, writer=True)
-    with engine.begin() as conn:
-        conn.execute(insert(Host), [dict(id="h", name="h", state="up", registered_at=NOW,
-                                         last_seen_at=NOW)])
-        conn.execute(insert(Pool), [dict(id=1, name="p", claim_slice=0, default_ttl_s=60,
-                                         max_ttl_s=60, scrub_on_release=False, created_at=NOW)])
-        conn.execute(insert(Device), [
-            dict(id=d, uid=f"u{d}", host_id="h", pool_id=1, kind="emulated", devname=f"emu{d}",
-                 chardev="/nonexistent", size=64 * MiB, align=MiB, state="online",
-                 created_at=NOW, updated_at=NOW)
-            for d in (DEV_A, DEV_B)
-        ])
-        # A finished claim for leases to point at: not live, so it overlaps nothing.
-        conn.execute(insert(Claim), [dict(device_id=DEV_A, host_id="h", offset=0,
-                                          length=64 * MiB, state="released", created_at=NOW)])
-    yield engine
-    engine.dispose()
+    with migrated_writer_engine(ledger_url) as engine:
+        with engine.begin() as conn:
+            conn.execute(insert(Host), [dict(id="h", name="h", state="up", registered_at=NOW,
+                                             last_seen_at=NOW)])
+            conn.execute(insert(Pool), [dict(id=1, name="p", claim_slice=0, default_ttl_s=60,
+                                             max_ttl_s=60, scrub_on_release=False,
+                                             created_at=NOW)])
+            conn.execute(insert(Device), [
+                dict(id=d, uid=f"u{d}", host_id="h", pool_id=1, kind="emulated",
+                     devname=f"emu{d}", chardev="/nonexistent", size=64 * MiB, align=MiB,
+                     state="online", created_at=NOW, updated_at=NOW)
+                for d in (DEV_A, DEV_B)
+            ])
+            # A finished claim for leases to point at: not live, so it overlaps nothing.
+            conn.execute(insert(Claim), [dict(device_id=DEV_A, host_id="h", offset=0,
+                                              length=64 * MiB, state="released", created_at=NOW)])
+        yield engine
 
 
 def add(engine: Engine, table: str, device: int, offset: int, length: int,

@@ -15,6 +15,7 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from poold import db
 from poold.ledger.queries._tables import COUNTERS, EVENTS
 from poold.ledger.queries.hot import HotStatement
+from tests.conftest import migrated_writer_engine
 
 AT = datetime(2026, 12, 4, 13, 14, 15, 161718, tzinfo=UTC)
 EVENT = {"at": AT, "kind": "lease.granted", "actor": "tenant:a", "host_id": "h1",
@@ -33,10 +34,8 @@ GRANTED_AT = HotStatement(select(EVENTS.c.at, EVENTS.c.details)
 
 @pytest.fixture
 def engine(ledger_url: str) -> Iterator[Engine]:
-    db.upgrade(ledger_url)
-    engine = db.make_engine(ledger_url, writer=True)
-    yield engine
-    engine.dispose()
+    with migrated_writer_engine(ledger_url) as engine:
+        yield engine
 
 
 def events(conn: Connection) -> list[tuple[object, ...]]:

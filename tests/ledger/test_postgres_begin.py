@@ -22,7 +22,7 @@ from poold.ledger.queries._tables import EVENTS
 from poold.ledger.queries.hot import HotStatement
 from poold.models import Event
 from poold.types import MiB
-from tests.conftest import LedgerFactory
+from tests.conftest import LedgerFactory, migrated_writer_engine
 
 AT = datetime(2026, 12, 7, 16, 0, tzinfo=UTC)
 ROW = {"at": AT, "kind": "lease.granted", "actor": "test", "host_id": None,
@@ -38,10 +38,8 @@ def clock() -> DatabaseClock:
 
 @pytest.fixture
 def engine(pg_url: str) -> Iterator[Engine]:
-    db.upgrade(pg_url)
-    engine = db.make_engine(pg_url, writer=True)
-    yield engine
-    engine.dispose()
+    with migrated_writer_engine(pg_url) as engine:
+        yield engine
 
 
 def _core(conn: Connection) -> None:
