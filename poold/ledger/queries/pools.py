@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import Connection, bindparam, func, or_, select, update
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.orm import Session
 
 from poold.db import first_statement
@@ -50,9 +51,9 @@ _USABLE_DEVICES = (SELECT_DEVICES
 
 _SELECT_QUOTAS = select(POOL_QUOTAS.c.pool_id, POOL_QUOTAS.c.tenant, POOL_QUOTAS.c.max_bytes,
                        POOL_QUOTAS.c.max_leases)
-_CATALOG_VERSION = HotStatement(select(COUNTERS.c.value).where(COUNTERS.c.name == "catalog"))
-_BUMP_CATALOG = (update(COUNTERS).where(COUNTERS.c.name == "catalog")
-                 .values(value=COUNTERS.c.value + 1))
+_IS_CATALOG = COUNTERS.c.name == "catalog"
+_CATALOG_VERSION = HotStatement(select(COUNTERS.c.value).where(_IS_CATALOG))
+_BUMP_CATALOG = update(COUNTERS).where(_IS_CATALOG).values(value=COUNTERS.c.value + 1)
 
 
 def catalog(conn: Connection, host_id: str) -> tuple[list[PoolRecord], list[DeviceRecord],
@@ -77,7 +78,10 @@ def catalog_version(conn: Connection) -> int:
 
 # The first read of each writer batch on PostgreSQL: the catalog's version and the server's clock,
 # in the round trip that also begins the transaction (poold.db.first_statement).
-_BATCH_START = "SELECT value, clock_timestamp() FROM counters WHERE name = 'catalog'"
+# Its values written into the SQL: BEGIN can go in the same query only without parameters.
+_PG = PGDialect()  # type: ignore[no-untyped-call]  # untyped upstream
+_BATCH_START = str(select(COUNTERS.c.value, func.clock_timestamp()).where(_IS_CATALOG)
+                   .compile(dialect=_PG, compile_kwargs={"literal_binds": True}))
 
 
 def batch_start(conn: Connection) -> tuple[int, datetime | None]:
