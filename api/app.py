@@ -5,8 +5,7 @@ from __future__ import annotations
 import secrets
 
 from fastapi import FastAPI
-from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.types import ASGIApp, Lifespan
+from starlette.types import Lifespan, Receive, Scope, Send
 
 from api import docs, errors
 from api.auth import Authenticator
@@ -25,22 +24,22 @@ from poold.ledger.ledger import Ledger
 
 
 class _PooldApp(FastAPI):
-    """FastAPI with api.hotpath's routes answered ahead of its middleware stack: just inside the
-    server-error handler (the outermost layer Starlette builds), so a crash is still answered by
-    it, while the lease hot path skips every other layer."""
+    """FastAPI with api.hotpath's routes answered ahead of everything FastAPI and Starlette run
+    for a request: HotRoutes is called first and hands what it does not take to the whole app
+    (`through_stack`)."""
 
     hot_routes: HotRoutes | None = None
 
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot = self.hot_routes
-        if hot is None:
-            return stack
-        if not isinstance(stack, ServerErrorMiddleware):  # a Starlette that builds it otherwise
-            raise RuntimeError(f"Starlette's outermost layer is {type(stack).__name__}, not "
-                               "ServerErrorMiddleware: place api.hotpath anew for it")
-        hot.app, stack.app = stack.app, hot
-        return stack
+        if hot is None or scope["type"] != "http" or self.root_path:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self  # what Starlette sets first: the endpoints find the app's state by it
+        await hot(scope, receive, send)
+
+    async def through_stack(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
 
 
 def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
@@ -74,7 +73,7 @@ def create_app(ledger: Ledger, lifespan: Lifespan[FastAPI] | None = None,
     metrics.registry.register(GrantsWaitingCollector(app.state.waiting_grants.waiting_by_pool))
     errors.install(app)
     if hot_routes:  # it does the body limit and the edge metrics itself, for its own routes
-        app.hot_routes = HotRoutes(app, metrics, max_body_bytes)  # its app: set as it is placed
+        app.hot_routes = HotRoutes(app.through_stack, metrics, max_body_bytes)
     app.add_middleware(EdgeMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # outermost: first
     app.include_router(leases.router)

@@ -99,7 +99,11 @@ def install(app: FastAPI) -> None:
         return JSONResponse(body(name, exc.detail), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("api.crashed path=%s", request.url.path)
-        return JSONResponse(body("InternalError", "internal error; see the daemon log"), 500)
+    app.exception_handler(Exception)(crashed)
+
+
+async def crashed(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to an endpoint's crash (Starlette's server-error handler calls it; so does
+    api.hotpath, which sits outside that handler)."""
+    log.exception("api.crashed path=%s", request.url.path)
+    return JSONResponse(body("InternalError", "internal error; see the daemon log"), 500)

@@ -6,8 +6,9 @@ routes in turn, with per-route scope bookkeeping), the exception and exit-stack 
 the dependency solver: about 0.3 ms of CPU per request before the endpoint ran, more than the
 ledger's own work for a grant. Each middleware it crossed also wrapped every message it sent.
 
-This layer sits just inside the server-error handler (api.app puts it there), so an endpoint's
-crash is answered as before, and answers those four routes itself: it matches the path with one
+This layer is the app's outermost (api.app calls it before FastAPI's own `__call__`, which
+checks its telemetry settings on every request, and Starlette's server-error handler, which wraps
+every message sent), and answers those four routes itself: it matches the path with one
 regular expression, reads and validates the body with the route's own schema, and calls the
 route's own endpoint function, whose response is the one FastAPI would send. It does itself what
 the two middlewares it skips do for these routes: the edge metrics (api.metrics.record_answer)
@@ -15,8 +16,8 @@ and the body limit, by handing an oversized body on to the stack, whose api.limi
 Whatever it does not take on as it is (another route, a malformed path, a body that is not plain
 valid JSON of the schema) goes on to the stack with the body it read handed over unchanged, so
 every refusal keeps FastAPI's exact answer. A PooldError the endpoint raises is answered by the
-error table (api.errors), as FastAPI's handler would; anything else rises to the server-error
-handler.
+error table (api.errors), as FastAPI's handler would; any other exception is answered by
+api.errors' crash handler, as Starlette's server-error handler would, and rises on to the server.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_response
+from api.errors import crashed, error_response
 from api.limits import content_length
 from api.metrics import Metrics, answered_error, record_answer
 from api.routers import leases, sessions
@@ -105,10 +106,19 @@ class HotRoutes:
             await self.app(scope, _replaying(raw, complete, receive), send)
             return
         try:
-            try:
-                response = await route.call(Request(scope, receive), object_id, body)
-            except PooldError as exc:
-                response = error_response(exc)
+            response = await route.call(Request(scope, receive), object_id, body)
+        except PooldError as exc:
+            response = error_response(exc)
+        except Exception as exc:
+            # The endpoint crashed before answering: the answer Starlette's server-error
+            # handler gives (this layer sits outside it), then on to the server, as it does.
+            self._record(route, "InternalError", started)
+            await (await crashed(Request(scope), exc))(scope, receive, send)
+            raise
+        except BaseException:
+            self._record(route, "InternalError", started)
+            raise
+        try:
             await response(scope, receive, send)
         except BaseException:
             self._record(route, "InternalError", started)

@@ -293,3 +293,25 @@ def test_a_streamed_body_past_the_limit_is_handed_on_whole() -> None:
     asyncio.run(hot(scope, receive, send))
     assert behind.seen == [("POST", "/v1/leases", b'{"size": 2097152}')]
     assert sent[0]["status"] == 299
+
+
+def test_an_endpoint_crash_is_answered_as_starlette_answers_it_and_the_daemon_serves_on(
+        served: Served, plain: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path is the app's outermost layer: a crash inside a hot endpoint still gets the
+    server-error handler's answer, is counted, and leaves the daemon serving."""
+    from api.routers import leases as lease_routes
+
+    def crash(*_: object) -> str:
+        raise RuntimeError("boom")
+
+    before = served.rows()
+    monkeypatch.setattr(lease_routes, "acting_tenant", crash)  # inside both apps' grant_lease
+    hot, fastapi = answers(served, plain, "POST", "/v1/leases", json={"size": 2 * MiB})
+    monkeypatch.undo()
+    assert (hot.status_code, hot.text) == (fastapi.status_code, fastapi.text)
+    assert (hot.status_code, hot.json()["error"]) == (500, "InternalError")
+    assert hot.headers["content-type"] == fastapi.headers["content-type"]
+    assert served.rows() == before
+    counted = _counts(served.daemon.metrics)
+    assert counted[("poold_lease_operations_total", "grant", "InternalError")] == 1
+    assert served.admin.post("/v1/leases", json={"size": 2 * MiB}).status_code == 201
