@@ -11,8 +11,9 @@ renewed by one `POST /v1/sessions/{id}/keepalive` (one ledger statement renews a
 beside an etcd lease with 64 keys attached renewed by one `POST /v3/lease/keepalive`.
 
 Also reported: the server process's CPU time per request (user + system, from /proc), which
-depends far less than requests/s on whatever else the machine is doing, and the load average
-before the run. Servers and clients share the machine's CPUs.
+depends far less than requests/s on whatever else the machine is doing, the client processes'
+own, and the load average before the run. Servers and clients share the machine's CPUs: what a
+request costs both bounds the rate the machine can carry at all (the last table).
 
     python bench/control_plane.py [--seconds 6] [--clients 1 16] [--rounds 3]
                                   [--out docs/bench-control-plane.md]
@@ -171,14 +172,16 @@ def client(protocol: str, port: int, seconds: float, ready: Any, out: mp.Queue) 
         operation, per_operation = (lambda: PAIRS[protocol](conn)), 2
     ready.wait()  # every client set up: the timed window starts for all at once
     latencies: list[float] = []
+    cpu = time.process_time()
     end = time.time() + seconds
     while (now := time.perf_counter()) and time.time() < end:
         operation()
         latencies += [(time.perf_counter() - now) / per_operation] * per_operation
-    out.put(latencies)
+    out.put((latencies, time.process_time() - cpu))
 
 
-Point = tuple[float, float, float]  # requests/s, p99 ms, server CPU ms per request
+# requests/s, p99 ms, server CPU ms per request, the clients' CPU ms per request
+Point = tuple[float, float, float, float]
 # poold's writer: commands per batch, ms per batch, and shares of wall time busy, on a CPU and
 # waiting for a CPU (its thread's)
 Batches = tuple[float, float, float, float, float]
@@ -244,12 +247,14 @@ def measure(protocol: str, port: int, pid: int, clients: int, seconds: float,
     cpu = cpu_seconds(pid) - cpu
     if probe is not None:
         probe()
-    latencies = [x for _ in procs for x in out.get(timeout=seconds + 60)]
+    answers = [out.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join()
+    latencies = [x for got, _ in answers for x in got]
     requests = len(latencies)
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
-    return requests / seconds, p99 * 1000, cpu / requests * 1000
+    clients_cpu = sum(spent for _, spent in answers)
+    return requests / seconds, p99 * 1000, cpu / requests * 1000, clients_cpu / requests * 1000
 
 
 # --- servers -----------------------------------------------------------------------------------
@@ -394,12 +399,40 @@ def _keep(round_: int, name: str, both: dict[int, tuple[Point, Batches | None]],
 
 def _print(round_: int, name: str, got: dict[int, Point]) -> None:
     print(f"round {round_ + 1}:", name, {n: f"{r:.0f} req/s, p99 {p:.1f} ms, server CPU "
-                                         f"{c:.2f} ms/req" for n, (r, p, c) in got.items()})
+                                         f"{c:.2f} ms/req, clients' CPU {k:.2f} ms/req"
+                                         for n, (r, p, c, k) in got.items()})
 
 
 def _median(points: list[Point]) -> Point:
-    rate, p99, cpu = (statistics.median(values) for values in zip(*points, strict=True))
-    return rate, p99, cpu
+    rate, p99, cpu, clients_cpu = (statistics.median(values)
+                                   for values in zip(*points, strict=True))
+    return rate, p99, cpu, clients_cpu
+
+
+def budget_table(rows: Rounds, clients: list[int], etcd: str | None,
+                 cpus: int) -> list[str]:
+    """What each request cost the whole machine (the server's CPU and its clients', which share
+    the CPUs), the rate at which that would fill every CPU, and the share of it reached. Beside
+    etcd: the server CPU per request at which this machine could carry etcd's rate, with the
+    server's own clients' cost, for more than one client (one client's requests run one step
+    after another: their latency, not the CPUs, sets its rate). Medians over the rounds."""
+    header = "| server | " + " | ".join(
+        f"{n} client(s): server + clients' CPU ms/req; ceiling req/s (reached)" for n in clients)
+    many = [n for n in clients if n > 1] if etcd else []
+    header += "".join(f" | server CPU ms/req for etcd's rate at {n}" for n in many)
+    lines = [header + " |", "|" + "---|" * (1 + len(clients) + len(many))]
+    theirs = {n: _median([got[n] for got in rows[etcd]]) for n in clients} if etcd else {}
+    for name, rounds in rows.items():
+        median = {n: _median([got[n] for got in rounds]) for n in clients}
+        cells = []
+        for n in clients:
+            rate, _, server, own_clients = median[n]
+            ceiling = cpus * 1000 / (server + own_clients)
+            cells.append(f"{server:.2f} + {own_clients:.2f}; {ceiling:.0f} "
+                         f"({rate / ceiling:.0%})")
+        cells += [f"{cpus * 1000 / theirs[n][0] - median[n][3]:.2f}" for n in many]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
@@ -469,6 +502,16 @@ def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rou
         "busy beyond both, it was blocked, on its fsync or taking the GIL back after each "
         "sqlite3 call, which releases it.", "",
         *commit_table(commits, clients),
+        "", "## What a request costs the machine", "",
+        f"The clients run on the same {os.cpu_count()} CPUs as the server, so a request's cost "
+        "to the machine is the server's CPU and its client's (user + system time of the client "
+        "processes over the window). At that cost the CPUs are full at the ceiling below; no "
+        "server reaches it (a single writer, the GIL and wake-ups leave CPUs idle), but none can "
+        "pass it. The last columns: the server CPU per request at which this machine could "
+        "carry etcd's rate at all, given what the server's own clients spend per request (for "
+        "more than one client: one client's requests run one step after another, so their "
+        "latency, not the CPUs, sets its rate).", "",
+        *budget_table(rows, clients, ETCD if ETCD in rows else None, os.cpu_count() or 1),
     ]
     if kept:
         lines += [
