@@ -182,9 +182,9 @@ def client(protocol: str, port: int, seconds: float, ready: Any, out: mp.Queue) 
 
 # requests/s, p99 ms, server CPU ms per request, the clients' CPU ms per request
 Point = tuple[float, float, float, float]
-# poold's writer: commands per batch, ms per batch, and shares of wall time busy, on a CPU and
-# waiting for a CPU (its thread's)
-Batches = tuple[float, float, float, float, float]
+# poold's writer: commands per batch, ms per batch, shares of wall time busy, on a CPU and
+# waiting for a CPU (its thread's), and its thread's CPU ms per command
+Batches = tuple[float, float, float, float, float, float]
 
 
 def writer_counters(port: int) -> tuple[float, ...]:
@@ -212,7 +212,7 @@ def measure_server(protocol: str, port: int, pid: int, clients: int, seconds: fl
     batches, commands, busy, on_cpu, cpu_wait = (b - a for a, b in zip(before, after,
                                                                        strict=True))
     return point, (commands / batches, busy / batches * 1000, busy / seconds, on_cpu / seconds,
-                   cpu_wait / seconds)
+                   cpu_wait / seconds, on_cpu / commands * 1000)
 
 
 def writer_thread_times(pid: int) -> tuple[float, float]:
@@ -461,16 +461,17 @@ def commit_table(commits: Commits, clients: list[int]) -> list[str]:
     """Medians over the rounds of poold's group commit, read from its writer's counters, and of
     where the writer thread's time went."""
     lines = ["| server | " + " | ".join(f"{n} client(s): commands per batch, ms per batch; "
-                                        f"writer busy / on a CPU / waiting for a CPU"
+                                        f"writer busy / on a CPU / waiting for a CPU; "
+                                        f"its CPU ms per command"
                                         for n in clients) + " |",
              "|" + "---|" * (1 + len(clients))]
     for name, rounds in commits.items():
         cells = []
         for n in clients:
-            size, per_batch, busy, on_cpu, cpu_wait = (
+            size, per_batch, busy, on_cpu, cpu_wait, per_command = (
                 statistics.median(v) for v in zip(*(got[n] for got in rounds), strict=True))
             cells.append(f"{size:.1f}, {per_batch:.2f}; {busy:.2f} / {on_cpu:.2f} / "
-                         f"{cpu_wait:.2f}")
+                         f"{cpu_wait:.2f}; {per_command:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -500,7 +501,9 @@ def write_table(out: Path, rows: Rounds, clients: list[int], seconds: float, rou
         "time busy with batches, and its thread's on a CPU and runnable but waiting for one "
         "(`/proc/<pid>/task/*/schedstat` of the thread the kernel knows as `ledger-writer`): "
         "busy beyond both, it was blocked, on its fsync or taking the GIL back after each "
-        "sqlite3 call, which releases it.", "",
+        "sqlite3 call, which releases it. Last, the writer thread's CPU per command: what of "
+        "the server's CPU per request the ledger's side costs (the rest is HTTP, auth, the "
+        "lease's memory and the hand-overs).", "",
         *commit_table(commits, clients),
         "", "## What a request costs the machine", "",
         f"The clients run on the same {os.cpu_count()} CPUs as the server, so a request's cost "
