@@ -106,19 +106,15 @@ class HotRoutes:
             await self.app(scope, _replaying(raw, complete, receive), send)
             return
         try:
-            response = await route.call(Request(scope, receive), object_id, body)
-        except PooldError as exc:
-            response = error_response(exc)
-        except Exception as exc:
-            # The endpoint crashed before answering: the answer Starlette's server-error
-            # handler gives (this layer sits outside it), then on to the server, as it does.
-            self._record(route, "InternalError", started)
-            await (await crashed(Request(scope), exc))(scope, receive, send)
-            raise
-        except BaseException:
-            self._record(route, "InternalError", started)
-            raise
-        try:
+            try:
+                response = await route.call(Request(scope, receive), object_id, body)
+            except PooldError as exc:
+                response = error_response(exc)
+            except Exception as exc:
+                # The endpoint crashed before answering: the answer Starlette's server-error
+                # handler gives (this layer sits outside it), then on to the server, as it does.
+                await (await crashed(Request(scope), exc))(scope, receive, send)
+                raise
             await response(scope, receive, send)
         except BaseException:
             self._record(route, "InternalError", started)

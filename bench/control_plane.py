@@ -403,6 +403,11 @@ def _print(round_: int, name: str, got: dict[int, Point]) -> None:
                                          for n, (r, p, c, k) in got.items()})
 
 
+def _medians(rounds: list[dict[int, Point]], clients: list[int]) -> dict[int, Point]:
+    """Per client count, the median point of one server's rounds."""
+    return {n: _median([got[n] for got in rounds]) for n in clients}
+
+
 def _median(points: list[Point]) -> Point:
     rate, p99, cpu, clients_cpu = (statistics.median(values)
                                    for values in zip(*points, strict=True))
@@ -421,9 +426,9 @@ def budget_table(rows: Rounds, clients: list[int], etcd: str | None,
     many = [n for n in clients if n > 1] if etcd else []
     header += "".join(f" | server CPU ms/req for etcd's rate at {n}" for n in many)
     lines = [header + " |", "|" + "---|" * (1 + len(clients) + len(many))]
-    theirs = {n: _median([got[n] for got in rows[etcd]]) for n in clients} if etcd else {}
+    theirs = _medians(rows[etcd], many) if etcd else {}
     for name, rounds in rows.items():
-        median = {n: _median([got[n] for got in rounds]) for n in clients}
+        median = _medians(rounds, clients)
         cells = []
         for n in clients:
             rate, _, server, own_clients = median[n]
@@ -444,7 +449,7 @@ def table(rows: Rounds, clients: list[int], etcd: str | None) -> list[str]:
     header += " | " + " | ".join(f"server CPU ms/req at {n}" for n in clients) + " |"
     lines = [header, "|" + "---|" * (1 + len(clients) * (3 if etcd else 2))]
     for name, rounds in rows.items():
-        median = {n: _median([got[n] for got in rounds]) for n in clients}
+        median = _medians(rounds, clients)
         cells = [f"{median[n][0]:.0f} ({median[n][1]:.1f})" for n in clients]
         if etcd:
             for n in clients:
